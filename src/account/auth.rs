@@ -1,0 +1,170 @@
+//! Who is calling: API-key, session and admin principals.
+//!
+//! Each principal is a `FromRequestParts` extractor. API keys are looked up by their
+//! SHA-256 with one indexed query; refusals are logged with their reason, never with
+//! the key itself.
+
+use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use secrecy::ExposeSecret;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+use super::token::{self, API_KEY_PREFIX, SESSION_PREFIX, TokenHash};
+use crate::app::AppState;
+use crate::error::ApiError;
+
+/// A caller authenticated by an API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiKeyPrincipal {
+    pub account_id: i64,
+    pub key_id: i64,
+}
+
+/// A caller authenticated by a login session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionPrincipal {
+    pub account_id: i64,
+}
+
+/// A customer by session or by API key, for routes that take either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccountPrincipal {
+    pub account_id: i64,
+}
+
+/// The operator, holding `admin.token`.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminPrincipal;
+
+/// Checks the key in `key_header`: missing, malformed, unknown or revoked is
+/// `INVALID_API_KEY`; an unreachable database is `SERVICE_UNAVAILABLE`.
+pub async fn authenticate_key(
+    db: &PgPool,
+    headers: &HeaderMap,
+    key_header: &str,
+) -> Result<ApiKeyPrincipal, ApiError> {
+    let Some(value) = headers.get(key_header) else {
+        tracing::debug!("api key refused: missing");
+        return Err(ApiError::InvalidApiKey);
+    };
+    let Ok(candidate) = value.to_str() else {
+        tracing::debug!("api key refused: not visible ASCII");
+        return Err(ApiError::InvalidApiKey);
+    };
+    let candidate = candidate.trim();
+    if !token::plausible(candidate, API_KEY_PREFIX) {
+        tracing::debug!(len = candidate.len(), "api key refused: malformed");
+        return Err(ApiError::InvalidApiKey);
+    }
+    let hash = TokenHash::of(candidate);
+    let row: Option<(i64, i64, bool)> = sqlx::query_as(
+        "SELECT id, account_id, revoked_at IS NOT NULL FROM api_key WHERE key_hash = $1",
+    )
+    .bind(hash.as_bytes())
+    .fetch_optional(db)
+    .await?;
+    match row {
+        Some((key_id, account_id, false)) => Ok(ApiKeyPrincipal { account_id, key_id }),
+        Some((key_id, account_id, true)) => {
+            tracing::info!(key_id, account_id, "api key refused: revoked");
+            Err(ApiError::InvalidApiKey)
+        }
+        None => {
+            tracing::info!("api key refused: unknown");
+            Err(ApiError::InvalidApiKey)
+        }
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+async fn authenticate_session(
+    db: &PgPool,
+    headers: &HeaderMap,
+) -> Result<SessionPrincipal, ApiError> {
+    let Some(candidate) = bearer(headers).filter(|t| token::plausible(t, SESSION_PREFIX)) else {
+        return Err(ApiError::Unauthorized);
+    };
+    let account_id: Option<i64> = sqlx::query_scalar(
+        "SELECT account_id FROM account_session WHERE token_hash = $1 AND expires_at > now()",
+    )
+    .bind(TokenHash::of(candidate).as_bytes())
+    .fetch_optional(db)
+    .await?;
+    account_id
+        .map(|account_id| SessionPrincipal { account_id })
+        .ok_or(ApiError::Unauthorized)
+}
+
+impl FromRequestParts<AppState> for ApiKeyPrincipal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        authenticate_key(&state.db, &parts.headers, &state.config.upstream.key_header).await
+    }
+}
+
+impl FromRequestParts<AppState> for SessionPrincipal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        authenticate_session(&state.db, &parts.headers).await
+    }
+}
+
+impl FromRequestParts<AppState> for AccountPrincipal {
+    type Rejection = ApiError;
+
+    /// A bearer session wins when present; otherwise the API key header is tried.
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if parts.headers.contains_key(AUTHORIZATION) {
+            let session = authenticate_session(&state.db, &parts.headers).await?;
+            return Ok(AccountPrincipal {
+                account_id: session.account_id,
+            });
+        }
+        if parts
+            .headers
+            .contains_key(state.config.upstream.key_header.as_str())
+        {
+            let key =
+                authenticate_key(&state.db, &parts.headers, &state.config.upstream.key_header)
+                    .await?;
+            return Ok(AccountPrincipal {
+                account_id: key.account_id,
+            });
+        }
+        Err(ApiError::Unauthorized)
+    }
+}
+
+impl FromRequestParts<AppState> for AdminPrincipal {
+    type Rejection = ApiError;
+
+    /// With no `admin.token` configured the admin API does not exist (404).
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Some(expected) = &state.config.admin.token else {
+            return Err(ApiError::NotFound);
+        };
+        let given = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
+        // Comparing digests keeps the comparison time independent of the token.
+        let same =
+            Sha256::digest(given.as_bytes()) == Sha256::digest(expected.expose_secret().as_bytes());
+        if same {
+            Ok(AdminPrincipal)
+        } else {
+            tracing::warn!("admin token refused");
+            Err(ApiError::Unauthorized)
+        }
+    }
+}

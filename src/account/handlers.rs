@@ -1,0 +1,368 @@
+//! Handlers of the account API.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::{AccountPrincipal, SessionPrincipal};
+use super::password;
+use super::token::{API_KEY_PREFIX, PlainToken, SESSION_PREFIX};
+use crate::app::AppState;
+use crate::error::{ApiError, ErrorBody, JsonBody, PathParams, QueryParams};
+use crate::month::Month;
+use crate::usage::{self, UsageReport};
+
+const MIN_PASSWORD_CHARS: usize = 8;
+const MAX_PASSWORD_CHARS: usize = 1024;
+const MAX_EMAIL_CHARS: usize = 254;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignupRequest {
+    pub email: String,
+    pub password: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SignupResponse {
+    pub account_id: i64,
+    pub key_id: i64,
+    /// Shown once; only its hash is kept.
+    pub api_key: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct LoginRequest {
+    pub email: String,
+    pub password: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LoginResponse {
+    pub token: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct KeyCreated {
+    pub key_id: i64,
+    pub api_key: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
+pub struct KeySummary {
+    pub key_id: i64,
+    pub prefix: String,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct MonthQuery {
+    /// `YYYY-MM`; the current UTC month when absent.
+    pub month: Option<String>,
+}
+
+/// Parses `?month=`; the current month when absent.
+pub fn month_or_current(query: &MonthQuery, now: DateTime<Utc>) -> Result<Month, ApiError> {
+    match query.month.as_deref() {
+        None | Some("") => Ok(Month::containing(now)),
+        Some(text) => text
+            .parse()
+            .map_err(|_| ApiError::Validation("month must be YYYY-MM".into())),
+    }
+}
+
+fn normalize_email(raw: &str) -> Result<String, ApiError> {
+    let email = raw.trim().to_lowercase();
+    let valid = email.chars().count() <= MAX_EMAIL_CHARS
+        && !email.chars().any(|c| c.is_whitespace() || c.is_control())
+        && match email.split_once('@') {
+            Some((local, domain)) => {
+                !local.is_empty()
+                    && !domain.contains('@')
+                    && domain.contains('.')
+                    && !domain.starts_with('.')
+                    && !domain.ends_with('.')
+            }
+            None => false,
+        };
+    if valid {
+        Ok(email)
+    } else {
+        Err(ApiError::Validation("email is not a valid address".into()))
+    }
+}
+
+fn check_password(password: &str) -> Result<(), ApiError> {
+    let n = password.chars().count();
+    if n < MIN_PASSWORD_CHARS {
+        return Err(ApiError::Validation(format!(
+            "password must have at least {MIN_PASSWORD_CHARS} characters"
+        )));
+    }
+    if n > MAX_PASSWORD_CHARS {
+        return Err(ApiError::Validation(format!(
+            "password must have at most {MAX_PASSWORD_CHARS} characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Creates an account with its free subscription, its first API key and (unless
+/// metering is off) the free grant of the current month, in one transaction.
+#[utoipa::path(post, path = "/account/v1/signup", tag = "account",
+    request_body = SignupRequest,
+    responses(
+        (status = 201, body = SignupResponse),
+        (status = 409, description = "EMAIL_TAKEN", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+    ))]
+pub async fn signup(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<SignupRequest>,
+) -> Result<(StatusCode, Json<SignupResponse>), ApiError> {
+    let email = normalize_email(&req.email)?;
+    check_password(&req.password)?;
+    let password_hash = password::hash(req.password).await?;
+    let key = PlainToken::generate(API_KEY_PREFIX);
+    let now = Utc::now();
+
+    let mut tx = state.db.begin().await?;
+    let account_id: i64 = sqlx::query_scalar(
+        "INSERT INTO account (email, password_hash) VALUES ($1, $2) RETURNING id",
+    )
+    .bind(&email)
+    .bind(&password_hash)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(|e| match &e {
+        sqlx::Error::Database(db) if db.constraint() == Some("account_email_key") => {
+            ApiError::EmailTaken
+        }
+        _ => ApiError::from(e),
+    })?;
+    usage::grants::create_free_subscription(
+        &mut tx,
+        account_id,
+        now,
+        state.config.usage.free_monthly_calls,
+        state.metering(),
+    )
+    .await?;
+    let key_id = insert_key(&mut tx, account_id, &key).await?;
+    tx.commit().await?;
+
+    tracing::info!(account_id, "account created");
+    Ok((
+        StatusCode::CREATED,
+        Json(SignupResponse {
+            account_id,
+            key_id,
+            api_key: key.reveal(),
+        }),
+    ))
+}
+
+async fn insert_key(
+    conn: &mut sqlx::PgConnection,
+    account_id: i64,
+    key: &PlainToken,
+) -> Result<i64, ApiError> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO api_key (account_id, key_hash, prefix) VALUES ($1, $2, $3) RETURNING id",
+    )
+    .bind(account_id)
+    .bind(key.hash().as_bytes())
+    .bind(key.display_prefix())
+    .fetch_one(conn)
+    .await?)
+}
+
+/// Exchanges email and password for a session token.
+#[utoipa::path(post, path = "/account/v1/login", tag = "account",
+    request_body = LoginRequest,
+    responses(
+        (status = 200, body = LoginResponse),
+        (status = 401, description = "INVALID_CREDENTIALS", body = ErrorBody),
+    ))]
+pub async fn login(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<LoginRequest>,
+) -> Result<Json<LoginResponse>, ApiError> {
+    if req.password.chars().count() > MAX_PASSWORD_CHARS {
+        return Err(ApiError::InvalidCredentials);
+    }
+    let email = req.email.trim().to_lowercase();
+    let row: Option<(i64, String)> =
+        sqlx::query_as("SELECT id, password_hash FROM account WHERE lower(email) = $1")
+            .bind(&email)
+            .fetch_optional(&state.db)
+            .await?;
+    let (account_id, phc) = match row {
+        Some((id, phc)) => (Some(id), Some(phc)),
+        None => (None, None),
+    };
+    let matches = password::verify(req.password, phc).await?;
+    let Some(account_id) = account_id.filter(|_| matches) else {
+        tracing::info!("login refused");
+        return Err(ApiError::InvalidCredentials);
+    };
+
+    let token = PlainToken::generate(SESSION_PREFIX);
+    let ttl = i64::try_from(state.config.account.session_ttl_seconds).unwrap_or(i64::MAX / 2);
+    let expires_at: DateTime<Utc> = sqlx::query_scalar(
+        "INSERT INTO account_session (account_id, token_hash, expires_at)
+         VALUES ($1, $2, now() + make_interval(secs => $3))
+         RETURNING expires_at",
+    )
+    .bind(account_id)
+    .bind(token.hash().as_bytes())
+    .bind(ttl as f64)
+    .fetch_one(&state.db)
+    .await?;
+    let expires_at = expires_at.min(Utc::now() + Duration::seconds(ttl));
+    Ok(Json(LoginResponse {
+        token: token.reveal(),
+        expires_at,
+    }))
+}
+
+/// Creates another API key; the response is the only time it is shown.
+#[utoipa::path(post, path = "/account/v1/keys", tag = "account",
+    security(("session" = [])),
+    responses(
+        (status = 201, body = KeyCreated),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+    ))]
+pub async fn create_key(
+    State(state): State<AppState>,
+    session: SessionPrincipal,
+) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+    let key = PlainToken::generate(API_KEY_PREFIX);
+    let mut conn = state.db.acquire().await?;
+    let key_id = insert_key(&mut conn, session.account_id, &key).await?;
+    tracing::info!(account_id = session.account_id, key_id, "api key created");
+    Ok((
+        StatusCode::CREATED,
+        Json(KeyCreated {
+            key_id,
+            api_key: key.reveal(),
+        }),
+    ))
+}
+
+/// Lists the account's keys, revoked ones included, oldest first.
+#[utoipa::path(get, path = "/account/v1/keys", tag = "account",
+    security(("session" = [])),
+    responses(
+        (status = 200, body = [KeySummary]),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+    ))]
+pub async fn list_keys(
+    State(state): State<AppState>,
+    session: SessionPrincipal,
+) -> Result<Json<Vec<KeySummary>>, ApiError> {
+    let keys = sqlx::query_as(
+        "SELECT id AS key_id, prefix, created_at, revoked_at
+         FROM api_key WHERE account_id = $1 ORDER BY id",
+    )
+    .bind(session.account_id)
+    .fetch_all(&state.db)
+    .await?;
+    Ok(Json(keys))
+}
+
+/// Revokes a key; it is refused from the next call on. Revoking twice is harmless.
+#[utoipa::path(delete, path = "/account/v1/keys/{key_id}", tag = "account",
+    security(("session" = [])),
+    params(("key_id" = i64, Path)),
+    responses(
+        (status = 204),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 404, description = "KEY_NOT_FOUND", body = ErrorBody),
+    ))]
+pub async fn revoke_key(
+    State(state): State<AppState>,
+    session: SessionPrincipal,
+    PathParams(key_id): PathParams<i64>,
+) -> Result<StatusCode, ApiError> {
+    let found: Option<i64> = sqlx::query_scalar(
+        "UPDATE api_key SET revoked_at = coalesce(revoked_at, now())
+         WHERE id = $1 AND account_id = $2 RETURNING id",
+    )
+    .bind(key_id)
+    .bind(session.account_id)
+    .fetch_optional(&state.db)
+    .await?;
+    match found {
+        Some(_) => {
+            tracing::info!(account_id = session.account_id, key_id, "api key revoked");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        None => Err(ApiError::KeyNotFound),
+    }
+}
+
+/// The caller's usage in a UTC month (SPEC §3.4).
+#[utoipa::path(get, path = "/account/v1/usage", tag = "account",
+    security(("session" = []), ("api_key" = [])),
+    params(MonthQuery),
+    responses(
+        (status = 200, body = UsageReport),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+    ))]
+pub async fn usage(
+    State(state): State<AppState>,
+    principal: AccountPrincipal,
+    QueryParams(query): QueryParams<MonthQuery>,
+) -> Result<Json<UsageReport>, ApiError> {
+    let now = Utc::now();
+    let month = month_or_current(&query, now)?;
+    let mut conn = state.db.acquire().await?;
+    let report = usage::report::usage_report(
+        &mut conn,
+        principal.account_id,
+        month,
+        now,
+        state.config.usage.free_monthly_calls,
+    )
+    .await?
+    .ok_or(ApiError::AccountNotFound)?;
+    Ok(Json(report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emails_are_trimmed_lowercased_and_checked() {
+        assert_eq!(
+            normalize_email("  Ann@Example.COM ").unwrap(),
+            "ann@example.com"
+        );
+        for bad in [
+            "",
+            "ann",
+            "@example.com",
+            "ann@",
+            "ann@example",
+            "a b@c.de",
+            "a@@b.cd",
+        ] {
+            assert!(normalize_email(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn passwords_need_eight_to_1024_characters() {
+        assert!(check_password("short").is_err());
+        assert!(check_password("long enough").is_ok());
+        assert!(check_password(&"x".repeat(1025)).is_err());
+    }
+}

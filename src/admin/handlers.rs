@@ -1,0 +1,207 @@
+//! Handlers of the admin API.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::account::auth::AdminPrincipal;
+use crate::account::handlers::{MonthQuery, month_or_current};
+use crate::app::AppState;
+use crate::error::{ApiError, ErrorBody, JsonBody, PathParams, QueryParams};
+use crate::throttle::ReconcileReport;
+use crate::usage::reconcile::{ReconcileError, reconcile_markers};
+use crate::usage::rules::FREE_PLAN;
+use crate::usage::subscriptions::{ActivationError, NewSubscription, activate};
+use crate::usage::{self, UsageReport};
+
+const MAX_PLAN_CHARS: usize = 64;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionRequest {
+    /// Free text; `free` is reserved.
+    pub plan: String,
+    pub monthly_allowance: i64,
+    /// Defaults to now.
+    pub starts_at: Option<DateTime<Utc>>,
+    /// Exclusive; `null` for open-ended.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SubscriptionCreated {
+    pub subscription_id: i64,
+    pub account_id: i64,
+    pub plan: String,
+    pub monthly_allowance: i64,
+    pub starts_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+fn validate(req: SubscriptionRequest, now: DateTime<Utc>) -> Result<NewSubscription, ApiError> {
+    let plan = req.plan.trim().to_owned();
+    if plan.is_empty() || plan.chars().count() > MAX_PLAN_CHARS {
+        return Err(ApiError::Validation(format!(
+            "plan must have 1 to {MAX_PLAN_CHARS} characters"
+        )));
+    }
+    if plan.eq_ignore_ascii_case(FREE_PLAN) {
+        return Err(ApiError::Validation("plan `free` is reserved".into()));
+    }
+    if req.monthly_allowance < 0 {
+        return Err(ApiError::Validation(
+            "monthly_allowance must not be negative".into(),
+        ));
+    }
+    let starts_at = req.starts_at.unwrap_or(now);
+    if req.expires_at.is_some_and(|end| end <= starts_at) {
+        return Err(ApiError::Validation(
+            "expires_at must be after starts_at".into(),
+        ));
+    }
+    Ok(NewSubscription {
+        plan,
+        monthly_allowance: req.monthly_allowance,
+        starts_at,
+        expires_at: req.expires_at,
+    })
+}
+
+/// Activates a paid subscription and writes its current-month snapshot.
+#[utoipa::path(post, path = "/admin/v1/accounts/{account_id}/subscriptions", tag = "admin",
+    security(("admin" = [])),
+    params(("account_id" = i64, Path)),
+    request_body = SubscriptionRequest,
+    responses(
+        (status = 201, body = SubscriptionCreated),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 404, description = "ACCOUNT_NOT_FOUND", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+    ))]
+pub async fn create_subscription(
+    _admin: AdminPrincipal,
+    State(state): State<AppState>,
+    PathParams(account_id): PathParams<i64>,
+    JsonBody(req): JsonBody<SubscriptionRequest>,
+) -> Result<(StatusCode, Json<SubscriptionCreated>), ApiError> {
+    let now = Utc::now();
+    let new = validate(req, now)?;
+    let activated = activate(
+        &state.db,
+        account_id,
+        &new,
+        now,
+        state.config.usage.free_monthly_calls,
+        state.metering(),
+    )
+    .await
+    .map_err(|e| match e {
+        ActivationError::AccountNotFound => ApiError::AccountNotFound,
+        ActivationError::Database(e) => ApiError::from(e),
+    })?;
+    if activated
+        .standing
+        .as_ref()
+        .is_some_and(|s| s.remaining() > 0)
+    {
+        state.throttler.restore(account_id, now);
+    }
+    let sub = activated.subscription;
+    Ok((
+        StatusCode::CREATED,
+        Json(SubscriptionCreated {
+            subscription_id: sub.id,
+            account_id: sub.account_id,
+            plan: sub.plan,
+            monthly_allowance: sub.monthly_allowance,
+            starts_at: sub.starts_at,
+            expires_at: sub.expires_at,
+        }),
+    ))
+}
+
+/// Any account's usage in a UTC month.
+#[utoipa::path(get, path = "/admin/v1/accounts/{account_id}/usage", tag = "admin",
+    security(("admin" = [])),
+    params(("account_id" = i64, Path), MonthQuery),
+    responses(
+        (status = 200, body = UsageReport),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 404, description = "ACCOUNT_NOT_FOUND", body = ErrorBody),
+    ))]
+pub async fn account_usage(
+    _admin: AdminPrincipal,
+    State(state): State<AppState>,
+    PathParams(account_id): PathParams<i64>,
+    QueryParams(query): QueryParams<MonthQuery>,
+) -> Result<Json<UsageReport>, ApiError> {
+    let now = Utc::now();
+    let month = month_or_current(&query, now)?;
+    let mut conn = state.db.acquire().await?;
+    usage::report::usage_report(
+        &mut conn,
+        account_id,
+        month,
+        now,
+        state.config.usage.free_monthly_calls,
+    )
+    .await?
+    .map(Json)
+    .ok_or(ApiError::AccountNotFound)
+}
+
+/// Reconciles the current month's markers with PostgreSQL now.
+#[utoipa::path(post, path = "/admin/v1/reconcile", tag = "admin",
+    security(("admin" = [])),
+    responses(
+        (status = 200, body = ReconcileReport),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE", body = ErrorBody),
+    ))]
+pub async fn reconcile(
+    _admin: AdminPrincipal,
+    State(state): State<AppState>,
+) -> Result<Json<ReconcileReport>, ApiError> {
+    reconcile_markers(
+        &state.db,
+        &state.throttler,
+        state.config.usage.free_monthly_calls,
+        Utc::now(),
+    )
+    .await
+    .map(Json)
+    .map_err(|e| match e {
+        ReconcileError::Database(e) => ApiError::from(e),
+        ReconcileError::Store(e) => ApiError::ServiceUnavailable(e.to_string()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(plan: &str, allowance: i64, expires: Option<&str>) -> SubscriptionRequest {
+        SubscriptionRequest {
+            plan: plan.into(),
+            monthly_allowance: allowance,
+            starts_at: Some("2026-11-01T00:00:00Z".parse().unwrap()),
+            expires_at: expires.map(|e| e.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn the_free_plan_name_is_reserved_in_any_case() {
+        assert!(validate(req("Free", 10, None), Utc::now()).is_err());
+        assert!(validate(req("pro", 10, None), Utc::now()).is_ok());
+    }
+
+    #[test]
+    fn negative_allowances_and_empty_intervals_are_refused() {
+        assert!(validate(req("pro", -1, None), Utc::now()).is_err());
+        assert!(validate(req("pro", 10, Some("2026-11-01T00:00:00Z")), Utc::now()).is_err());
+        assert!(validate(req("  ", 10, None), Utc::now()).is_err());
+    }
+}

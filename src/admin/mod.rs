@@ -1,0 +1,25 @@
+//! The operators' API (`/admin/v1`, SPEC §3.3), behind `admin.token`.
+
+pub(crate) mod handlers;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+
+use crate::app::AppState;
+
+pub use handlers::{SubscriptionCreated, SubscriptionRequest};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/admin/v1/accounts/{account_id}/subscriptions",
+            post(handlers::create_subscription),
+        )
+        .route(
+            "/admin/v1/accounts/{account_id}/usage",
+            get(handlers::account_usage),
+        )
+        .route("/admin/v1/reconcile", post(handlers::reconcile))
+        .layer(DefaultBodyLimit::max(crate::account::MAX_BODY_BYTES))
+}

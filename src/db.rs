@@ -1,0 +1,144 @@
+//! PostgreSQL: the connection pool, and the migrations of `migrations/`.
+//!
+//! Migrations run through refinery's tokio-postgres driver (refinery has no sqlx driver),
+//! under a session advisory lock so replicas starting together apply them once. The
+//! application itself talks to PostgreSQL through an sqlx pool.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context;
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::ConnectOptions;
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+mod embedded {
+    refinery::embed_migrations!("migrations");
+}
+
+/// Arbitrary but fixed key of the advisory lock that serializes `migrate` runs.
+const MIGRATION_LOCK_KEY: i64 = 0x746f_6c6c_6761_7465; // "tollgate"
+
+/// Connection options parsed from `database.url`.
+pub fn connect_options(url: &SecretString) -> anyhow::Result<PgConnectOptions> {
+    PgConnectOptions::from_str(url.expose_secret())
+        .context("database.url is not a valid PostgreSQL URL")
+}
+
+/// Opens the pool and checks that the database answers.
+pub async fn connect(
+    url: &SecretString,
+    max_connections: u32,
+    acquire_timeout: Duration,
+) -> anyhow::Result<PgPool> {
+    let options = connect_options(url)?;
+    let pool = pool_options(max_connections, acquire_timeout)
+        .connect_with(options)
+        .await
+        .context("cannot reach the database")?;
+    Ok(pool)
+}
+
+/// A pool that connects on first use; for callers that must start while the database is down.
+pub fn connect_lazy(
+    url: &SecretString,
+    max_connections: u32,
+    acquire_timeout: Duration,
+) -> anyhow::Result<PgPool> {
+    Ok(pool_options(max_connections, acquire_timeout).connect_lazy_with(connect_options(url)?))
+}
+
+fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+}
+
+/// What one `migrate` run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// `V<n>__<name>` of each migration applied by this run, in order.
+    pub applied: Vec<String>,
+    pub created_database: bool,
+}
+
+/// Applies every pending migration, creating the database first when it does not exist.
+pub async fn migrate(url: &SecretString) -> anyhow::Result<MigrationReport> {
+    let created_database = create_database_if_missing(url).await?;
+    let mut client = connect_raw(url.expose_secret()).await?;
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
+        .await
+        .context("cannot take the migration lock")?;
+    let result = embedded::migrations::runner()
+        .set_abort_divergent(true)
+        .run_async(&mut client)
+        .await;
+    // The lock is released with the session anyway; unlocking early lets a waiter go on.
+    let _ = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY])
+        .await;
+    let report = result.context("migration failed")?;
+    let applied = report
+        .applied_migrations()
+        .iter()
+        .map(|m| format!("V{}__{}", m.version(), m.name()))
+        .collect();
+    Ok(MigrationReport {
+        applied,
+        created_database,
+    })
+}
+
+async fn connect_raw(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .context("cannot reach the database")?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "migration connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// `CREATE DATABASE` when the URL's database does not exist yet (SQLSTATE 3D000).
+async fn create_database_if_missing(url: &SecretString) -> anyhow::Result<bool> {
+    let options = connect_options(url)?;
+    match options.connect().await {
+        Ok(conn) => {
+            drop(conn);
+            Ok(false)
+        }
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("3D000") => {
+            let name = options
+                .get_database()
+                .context("database.url names no database")?
+                .to_owned();
+            let mut admin = options
+                .clone()
+                .database("postgres")
+                .connect()
+                .await
+                .context("cannot reach the maintenance database `postgres`")?;
+            let statement = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
+            match sqlx::query(&statement).execute(&mut admin).await {
+                Ok(_) => Ok(true),
+                // Another process created it first.
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => Ok(false),
+                Err(e) => Err(e).context("cannot create the database"),
+            }
+        }
+        Err(e) => Err(anyhow::Error::new(e).context("cannot reach the database")),
+    }
+}
+
+/// Names of every migration shipped in this binary, `V<n>__<name>`.
+pub fn shipped_migrations() -> Vec<String> {
+    embedded::migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|m| format!("V{}__{}", m.version(), m.name()))
+        .collect()
+}

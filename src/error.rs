@@ -1,0 +1,196 @@
+//! The HTTP error type every handler returns.
+//!
+//! Each variant is one SPEC error code with its status. Bodies are always
+//! `{"code": "...", "message": "..."}`; 5xx bodies are generic and the cause is logged
+//! inside the request span instead of being sent.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// The JSON error body of SPEC §3.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub code: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("invalid API key")]
+    InvalidApiKey,
+    #[error("unauthorized")]
+    Unauthorized,
+    #[error("invalid credentials")]
+    InvalidCredentials,
+    #[error("request throttled")]
+    Throttled,
+    #[error("email taken")]
+    EmailTaken,
+    #[error("validation failed: {0}")]
+    Validation(String),
+    #[error("malformed JSON: {0}")]
+    MalformedJson(String),
+    #[error("unsupported media type")]
+    UnsupportedMediaType,
+    #[error("payload too large")]
+    PayloadTooLarge,
+    #[error("not found")]
+    NotFound,
+    #[error("account not found")]
+    AccountNotFound,
+    #[error("key not found")]
+    KeyNotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("upstream unavailable: {0}")]
+    UpstreamUnavailable(String),
+    #[error("upstream timeout")]
+    UpstreamTimeout,
+    #[error("service unavailable: {0}")]
+    ServiceUnavailable(String),
+    #[error("database unavailable: {0}")]
+    DatabaseUnavailable(#[source] sqlx::Error),
+    #[error("internal error: {0}")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        use ApiError::*;
+        match self {
+            InvalidApiKey => (StatusCode::UNAUTHORIZED, "INVALID_API_KEY"),
+            Unauthorized => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"),
+            InvalidCredentials => (StatusCode::UNAUTHORIZED, "INVALID_CREDENTIALS"),
+            Throttled => (StatusCode::TOO_MANY_REQUESTS, "REQUEST_THROTTLED"),
+            EmailTaken => (StatusCode::CONFLICT, "EMAIL_TAKEN"),
+            Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED"),
+            MalformedJson(_) => (StatusCode::BAD_REQUEST, "MALFORMED_JSON"),
+            UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE"),
+            PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE"),
+            NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
+            AccountNotFound => (StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND"),
+            KeyNotFound => (StatusCode::NOT_FOUND, "KEY_NOT_FOUND"),
+            MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
+            UpstreamUnavailable(_) => (StatusCode::BAD_GATEWAY, "UPSTREAM_UNAVAILABLE"),
+            UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "UPSTREAM_TIMEOUT"),
+            DatabaseUnavailable(_) | ServiceUnavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE")
+            }
+            Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
+        }
+    }
+
+    fn public_message(&self) -> String {
+        use ApiError::*;
+        match self {
+            InvalidApiKey => "Missing, unknown or revoked API key.".into(),
+            Unauthorized => "Missing or invalid bearer token.".into(),
+            InvalidCredentials => "Email or password is wrong.".into(),
+            Throttled => "Request throttled. Please try again.".into(),
+            EmailTaken => "An account with this email already exists.".into(),
+            Validation(why) => why.clone(),
+            MalformedJson(why) => format!("Request body is not valid JSON: {why}"),
+            UnsupportedMediaType => "Expected a body with content-type application/json.".into(),
+            PayloadTooLarge => "Request body is too large.".into(),
+            NotFound => "No such route.".into(),
+            AccountNotFound => "No such account.".into(),
+            KeyNotFound => "No such API key.".into(),
+            MethodNotAllowed => "Method not allowed on this route.".into(),
+            UpstreamUnavailable(_) => "The upstream API is unreachable.".into(),
+            UpstreamTimeout => "The upstream API did not answer in time.".into(),
+            DatabaseUnavailable(_) | ServiceUnavailable(_) => {
+                "The service is temporarily unavailable.".into()
+            }
+            Internal(_) => "Internal error.".into(),
+        }
+    }
+
+    /// Maps a database error: pool exhaustion and lost connections are 503s, the rest 500s.
+    pub fn from_db(err: sqlx::Error) -> Self {
+        match err {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_) => ApiError::DatabaseUnavailable(err),
+            other => ApiError::Internal(anyhow::Error::new(other)),
+        }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        Self::from_db(err)
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        match rejection {
+            JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType,
+            JsonRejection::JsonDataError(e) => ApiError::Validation(e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => ApiError::MalformedJson(e.body_text()),
+            JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                ApiError::PayloadTooLarge
+            }
+            other => ApiError::MalformedJson(other.body_text()),
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::Validation(rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(_: PathRejection) -> Self {
+        ApiError::NotFound
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if status.is_server_error() {
+            tracing::error!(error = ?anyhow_chain(&self), code, "request failed");
+        } else {
+            tracing::debug!(code, reason = %self, "request refused");
+        }
+        let body = ErrorBody {
+            code,
+            message: self.public_message(),
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+/// Renders an error with its whole `source()` chain.
+pub fn anyhow_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}
+
+/// JSON body extractor whose rejections are [`ApiError`]s.
+#[derive(Debug, Clone, Copy, Default, axum::extract::FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct JsonBody<T>(pub T);
+
+/// Query extractor whose rejections are [`ApiError`]s.
+#[derive(Debug, Clone, Copy, Default, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct QueryParams<T>(pub T);
+
+/// Path extractor whose rejections are [`ApiError`]s.
+#[derive(Debug, Clone, Copy, Default, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct PathParams<T>(pub T);

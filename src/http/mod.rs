@@ -1,0 +1,69 @@
+//! The public router: account, admin and operations routes, with the proxy as the
+//! fallback for its two prefixes, under one observability middleware.
+
+mod observe;
+pub mod openapi;
+mod ops;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::middleware;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tower_http::catch_panic::CatchPanicLayer;
+
+pub use observe::RequestId;
+
+use crate::app::AppState;
+use crate::error::ApiError;
+
+/// Every public route of the gateway.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/openapi.json", get(openapi::serve))
+        .merge(crate::account::router())
+        .merge(crate::admin::router())
+        .fallback(fallback)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+        }))
+        .layer(middleware::from_fn(observe::observe))
+        .with_state(state)
+}
+
+/// Anything not routed: the proxy for its prefixes, else 404.
+async fn fallback(
+    state: axum::extract::State<AppState>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    if crate::proxy::path::prefix_of(request.uri().path()).is_some() {
+        crate::proxy::handle(state, request).await
+    } else {
+        ApiError::NotFound.into_response()
+    }
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// The router of the metrics listener: `/metrics` only.
+pub fn metrics_router() -> Router {
+    let handle = crate::telemetry::prometheus();
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let handle = handle.clone();
+            async move {
+                (
+                    StatusCode::OK,
+                    [("content-type", "text/plain; version=0.0.4")],
+                    handle.render(),
+                )
+            }
+        }),
+    )
+}

@@ -1,0 +1,46 @@
+//! `/openapi.json`, generated from the handlers' annotations.
+
+use axum::Json;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::account::handlers as account;
+use crate::admin::handlers as admin;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "tollgate", description = "Account and admin API of the tollgate metering gateway."),
+    paths(
+        account::signup,
+        account::login,
+        account::usage,
+        account::create_key,
+        account::list_keys,
+        account::revoke_key,
+        admin::create_subscription,
+        admin::account_usage,
+        admin::reconcile,
+    ),
+    modifiers(&Security),
+)]
+pub struct ApiDoc;
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let bearer =
+            || SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build());
+        components.add_security_scheme("session", bearer());
+        components.add_security_scheme("admin", bearer());
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("x-api-key"))),
+        );
+    }
+}
+
+pub async fn serve() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

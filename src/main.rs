@@ -1,0 +1,131 @@
+//! The `tollgate` command: `serve` and `migrate` (SPEC §1).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tollgate::config::{Config, Sources};
+use tollgate::{Gateway, db, telemetry};
+
+#[derive(Parser)]
+#[command(
+    name = "tollgate",
+    version,
+    about = "Metering gateway for paid HTTP APIs"
+)]
+struct Cli {
+    /// An extra TOML configuration layer, above config/ and below the environment.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway: public, metrics and usage listeners, marker sync.
+    Serve,
+    /// Apply pending database migrations.
+    Migrate,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tollgate: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let line = format!("{e:#}").replace('\n', " ");
+            tracing::error!("{line}");
+            eprintln!("tollgate: {line}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = Config::load(&Sources::from_process(cli.config))?;
+    match cli.command {
+        Command::Migrate => migrate(&config).await,
+        Command::Serve => serve(config).await,
+    }
+}
+
+async fn migrate(config: &Config) -> anyhow::Result<()> {
+    let report = db::migrate(&config.database.url).await?;
+    if report.created_database {
+        println!("created the database");
+    }
+    if report.applied.is_empty() {
+        println!("schema up to date; no migration applied");
+    }
+    for name in &report.applied {
+        println!("applied {name}");
+    }
+    Ok(())
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    config.validate_for_serve()?;
+    telemetry::init_tracing(&config.log);
+    if config.database.migrate_on_start {
+        let report = db::migrate(&config.database.url).await?;
+        for name in &report.applied {
+            tracing::info!(migration = %name, "migration applied");
+        }
+    }
+    let pool = db::connect(
+        &config.database.url,
+        config.database.max_connections,
+        std::time::Duration::from_millis(config.database.acquire_timeout_ms),
+    )
+    .await?;
+    let public = tokio::net::TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.server.listen))?;
+    let metrics = tokio::net::TcpListener::bind(config.server.metrics_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.server.metrics_listen))?;
+    if config.is_local_profile() {
+        tracing::warn!("local profile: metering and throttling are off");
+    }
+    tracing::info!(
+        listen = %public.local_addr()?,
+        metrics = %metrics.local_addr()?,
+        tls = config.server.tls_cert.is_some(),
+        throttle = config.throttle.enabled,
+        metering = config.usage_check.enabled,
+        "tollgate serving"
+    );
+    let gateway = Gateway::build(config, pool).await?;
+    gateway.run(public, Some(metrics), shutdown_signal()).await
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

@@ -1,0 +1,161 @@
+//! UTC calendar months, the unit of every allowance and marker.
+//!
+//! A [`Month`] is the half-open interval `[start, end)` of one UTC calendar month. All
+//! month arithmetic in the crate goes through here so that the boundaries (the last
+//! millisecond of a month, 00:00 UTC on the 1st) are decided in exactly one place.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Utc};
+
+/// One UTC calendar month.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Month {
+    year: i32,
+    month: u32,
+}
+
+impl Month {
+    /// The month containing `instant`.
+    pub fn containing(instant: DateTime<Utc>) -> Self {
+        Self {
+            year: instant.year(),
+            month: instant.month(),
+        }
+    }
+
+    /// `None` unless `month` is 1–12 and the year is representable.
+    pub fn new(year: i32, month: u32) -> Option<Self> {
+        NaiveDate::from_ymd_opt(year, month, 1)?;
+        // The month after must exist too, so `end` never fails.
+        let (ny, nm) = if month == 12 {
+            (year.checked_add(1)?, 1)
+        } else {
+            (year, month + 1)
+        };
+        NaiveDate::from_ymd_opt(ny, nm, 1)?;
+        Some(Self { year, month })
+    }
+
+    /// First instant of the month (inclusive).
+    pub fn start(self) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(self.year, self.month, 1, 0, 0, 0)
+            .single()
+            .expect("validated month")
+    }
+
+    /// First instant of the next month (exclusive end).
+    pub fn end(self) -> DateTime<Utc> {
+        self.next().start()
+    }
+
+    pub fn next(self) -> Self {
+        if self.month == 12 {
+            Self {
+                year: self.year + 1,
+                month: 1,
+            }
+        } else {
+            Self {
+                year: self.year,
+                month: self.month + 1,
+            }
+        }
+    }
+
+    pub fn contains(self, instant: DateTime<Utc>) -> bool {
+        Self::containing(instant) == self
+    }
+
+    /// The instant at which a month's state is judged: `now` inside it, its last
+    /// microsecond for a past month, its first instant for a future one.
+    pub fn judged_at(self, now: DateTime<Utc>) -> DateTime<Utc> {
+        let last = self.end() - chrono::Duration::microseconds(1);
+        now.clamp(self.start(), last)
+    }
+
+    /// Unix seconds of the start, as used in marker keys.
+    pub fn start_unix(self) -> i64 {
+        self.start().timestamp()
+    }
+}
+
+impl fmt::Display for Month {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04}-{:02}", self.year, self.month)
+    }
+}
+
+/// `month` is not of the form `YYYY-MM`.
+#[derive(Debug, thiserror::Error)]
+#[error("month must be YYYY-MM")]
+pub struct ParseMonthError;
+
+impl FromStr for Month {
+    type Err = ParseMonthError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (y, m) = s.split_once('-').ok_or(ParseMonthError)?;
+        if y.len() != 4 || m.len() != 2 || !(y.bytes().chain(m.bytes())).all(|b| b.is_ascii_digit())
+        {
+            return Err(ParseMonthError);
+        }
+        let year = y.parse().map_err(|_| ParseMonthError)?;
+        let month = m.parse().map_err(|_| ParseMonthError)?;
+        Month::new(year, month).ok_or(ParseMonthError)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn last_millisecond_belongs_to_its_month_and_midnight_to_the_next() {
+        let nov = Month::containing(at("2026-11-30T23:59:59.999Z"));
+        assert_eq!(nov.to_string(), "2026-11");
+        assert_eq!(nov.end(), at("2026-12-01T00:00:00Z"));
+        assert_eq!(
+            Month::containing(at("2026-12-01T00:00:00Z")).to_string(),
+            "2026-12"
+        );
+    }
+
+    #[test]
+    fn december_rolls_into_the_next_year() {
+        let dec: Month = "2026-12".parse().unwrap();
+        assert_eq!(dec.end(), at("2027-01-01T00:00:00Z"));
+        assert_eq!(dec.next().to_string(), "2027-01");
+    }
+
+    #[test]
+    fn start_unix_matches_the_marker_key_suffix() {
+        let dec: Month = "2026-12".parse().unwrap();
+        assert_eq!(dec.start_unix(), 1_796_083_200);
+    }
+
+    #[test]
+    fn malformed_months_are_refused() {
+        for bad in [
+            "2026-13", "2026-00", "26-01", "2026-1", "2026/01", "abcd-ef", "",
+        ] {
+            assert!(bad.parse::<Month>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_month_is_judged_at_now_inside_it_and_at_its_edges_outside() {
+        let nov: Month = "2026-11".parse().unwrap();
+        let now = at("2026-11-15T12:00:00Z");
+        assert_eq!(nov.judged_at(now), now);
+        let oct: Month = "2026-10".parse().unwrap();
+        assert_eq!(oct.judged_at(now), at("2026-10-31T23:59:59.999999Z"));
+        let dec: Month = "2026-12".parse().unwrap();
+        assert_eq!(dec.judged_at(now), dec.start());
+    }
+}

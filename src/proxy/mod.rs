@@ -1,0 +1,181 @@
+//! The metering proxy (SPEC §3.1): authenticate, admit, forward, account.
+//!
+//! Bodies stream both ways without being buffered whole. The usage event is published
+//! when the upstream's response head arrives: every upstream status counts, while the
+//! gateway's own 401/429/502/504 answers publish nothing.
+
+pub mod headers;
+pub mod path;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderName, HeaderValue, Response};
+use axum::response::IntoResponse;
+use chrono::Utc;
+use secrecy::ExposeSecret;
+
+use crate::account::auth::authenticate_key;
+use crate::app::AppState;
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::http::RequestId;
+use crate::usage::UsageEvent;
+
+/// How calls reach the upstream API.
+#[derive(Clone)]
+pub struct Upstream {
+    client: reqwest::Client,
+    base: String,
+    key_header: HeaderName,
+    shared_secret: Option<HeaderValue>,
+    timeout: Duration,
+}
+
+impl Upstream {
+    pub fn from_config(config: &Config) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(config.upstream_timeout().min(Duration::from_secs(10)))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(1024)
+            .tcp_nodelay(true)
+            .build()?;
+        let shared_secret = match &config.upstream.shared_secret {
+            Some(secret) => {
+                let mut value = HeaderValue::from_str(secret.expose_secret()).map_err(|_| {
+                    anyhow::anyhow!("upstream.shared_secret is not a valid header value")
+                })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+            None => None,
+        };
+        Ok(Self {
+            client,
+            base: config.upstream.base_url.trim_end_matches('/').to_owned(),
+            key_header: HeaderName::from_bytes(config.upstream.key_header.as_bytes())?,
+            shared_secret,
+            timeout: config.upstream_timeout(),
+        })
+    }
+}
+
+/// Longest route kept in a ledger row.
+const MAX_ROUTE_CHARS: usize = 512;
+
+/// Handles every request under the proxied prefixes.
+pub async fn handle(State(state): State<AppState>, request: Request) -> Response<Body> {
+    match forward(&state, request).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, ApiError> {
+    let path = request.uri().path();
+    if path::prefix_of(path).is_none() {
+        return Err(ApiError::NotFound);
+    }
+    if !path::is_contained(path) {
+        tracing::warn!(path, "path escaping its prefix refused");
+        return Err(ApiError::NotFound);
+    }
+    let upstream = &state.upstream;
+    let principal =
+        authenticate_key(&state.db, request.headers(), upstream.key_header.as_str()).await?;
+    let span = tracing::Span::current();
+    span.record("account_id", principal.account_id);
+
+    let request_id = request
+        .extensions()
+        .get::<RequestId>()
+        .copied()
+        .unwrap_or_else(RequestId::generate);
+    let now = Utc::now();
+    if !state
+        .throttler
+        .admit(principal.account_id, request_id.0, now)
+        .admitted()
+    {
+        return Err(ApiError::Throttled);
+    }
+
+    let client_ip = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let (parts, body) = request.into_parts();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map_or(parts.uri.path(), |pq| pq.as_str());
+    let url = format!("{}{}", upstream.base, path_and_query);
+    let route: String = parts.uri.path().chars().take(MAX_ROUTE_CHARS).collect();
+    let headers = headers::upstream_request_headers(
+        parts.headers,
+        &upstream.key_header,
+        upstream.shared_secret.as_ref(),
+        &request_id.header_value(),
+        client_ip,
+    );
+    let has_body = !http_body_is_empty(&body);
+    let mut builder = upstream
+        .client
+        .request(parts.method.clone(), url)
+        .headers(headers);
+    if has_body {
+        builder = builder.body(reqwest::Body::wrap_stream(body.into_data_stream()));
+    }
+
+    let started = Instant::now();
+    let result = tokio::time::timeout(upstream.timeout, builder.send()).await;
+    metrics::histogram!("tollgate_upstream_duration_seconds")
+        .record(started.elapsed().as_secs_f64());
+    let upstream_response = match result {
+        Err(_) => {
+            metrics::counter!("tollgate_upstream_errors_total", "kind" => "timeout").increment(1);
+            tracing::warn!(
+                timeout_ms = upstream.timeout.as_millis() as u64,
+                "upstream timed out"
+            );
+            return Err(ApiError::UpstreamTimeout);
+        }
+        Ok(Err(e)) if e.is_timeout() => {
+            metrics::counter!("tollgate_upstream_errors_total", "kind" => "timeout").increment(1);
+            return Err(ApiError::UpstreamTimeout);
+        }
+        Ok(Err(e)) => {
+            metrics::counter!("tollgate_upstream_errors_total", "kind" => "unreachable")
+                .increment(1);
+            tracing::warn!(error = %crate::error::anyhow_chain(&e), "upstream unreachable");
+            return Err(ApiError::UpstreamUnavailable(e.to_string()));
+        }
+        Ok(Ok(r)) => r,
+    };
+
+    let status = upstream_response.status();
+    state.usage.publish(UsageEvent {
+        transaction_id: request_id.0,
+        account_id: principal.account_id,
+        key_id: principal.key_id,
+        occurred_at: now,
+        method: parts.method.to_string(),
+        route,
+        upstream_status: status.as_u16(),
+    });
+
+    let mut response_headers = upstream_response.headers().clone();
+    headers::strip_hop_by_hop(&mut response_headers);
+    let mut response = Response::new(Body::from_stream(upstream_response.bytes_stream()));
+    *response.status_mut() = status;
+    *response.headers_mut() = response_headers;
+    Ok(response)
+}
+
+fn http_body_is_empty(body: &Body) -> bool {
+    use axum::body::HttpBody as _;
+    body.size_hint().exact() == Some(0)
+}

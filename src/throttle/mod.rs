@@ -1,0 +1,277 @@
+//! Soft throttling (SPEC §5): hash admission over a local view of exhaustion markers.
+//!
+//! The throttler owns admission and exposes only [`Throttler::exhaust`] and
+//! [`Throttler::restore`] to the rest of the crate. Marker writes, deletes and view
+//! refreshes happen on one background worker, so neither the proxy nor the usage
+//! listener ever waits for Cloudflare. Every failure fails open, with a rate-limited
+//! warning and a metric.
+
+pub mod admission;
+pub mod reconcile;
+pub mod store;
+pub mod view;
+mod worker;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub use reconcile::ReconcileReport;
+pub use store::{MarkerStore, marker_key};
+use view::{Lookup, MarkerView};
+
+use crate::month::Month;
+use crate::telemetry::RateLimitedLog;
+
+/// Tunables of the throttler.
+#[derive(Debug, Clone)]
+pub struct ThrottleSettings {
+    pub admission_percent: u8,
+    pub refresh_interval: Duration,
+    pub max_staleness: Duration,
+}
+
+/// The outcome of admission for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Throttling is off.
+    Disabled,
+    /// No marker for the account this month.
+    Unmarked,
+    /// Marked, but the call's bucket is below the admission percentage.
+    AdmittedByBucket,
+    /// The view is too old to trust; admitted (fail open).
+    FailOpen,
+    /// Marked and outside the admitted buckets.
+    Throttled,
+}
+
+impl Admission {
+    pub fn admitted(self) -> bool {
+        self != Admission::Throttled
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Admission::Disabled => "disabled",
+            Admission::Unmarked => "unmarked",
+            Admission::AdmittedByBucket => "admitted_bucket",
+            Admission::FailOpen => "fail_open",
+            Admission::Throttled => "throttled",
+        }
+    }
+}
+
+/// Counters a test or an operator can read without scraping metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThrottleStats {
+    pub fail_open: u64,
+    pub markers_written: u64,
+    pub markers_removed: u64,
+}
+
+enum Command {
+    Exhaust { account_id: i64, month: Month },
+    Restore { account_id: i64, month: Month },
+    Refresh,
+}
+
+struct Inner {
+    settings: ThrottleSettings,
+    view: MarkerView,
+    store: MarkerStore,
+    commands: mpsc::Sender<Command>,
+    /// Accounts with an exhaust in flight, so a hot account queues one write.
+    pending: Mutex<HashSet<i64>>,
+    /// Accounts whose last write failed, and when to try again.
+    retry_at: Mutex<HashMap<i64, Instant>>,
+    fail_open: AtomicU64,
+    markers_written: AtomicU64,
+    markers_removed: AtomicU64,
+    fail_open_log: RateLimitedLog,
+}
+
+/// Handle to the throttler. Cheap to clone; `disabled()` admits everything.
+#[derive(Clone)]
+pub struct Throttler {
+    inner: Option<Arc<Inner>>,
+}
+
+/// Depth of the worker's command queue.
+const COMMAND_QUEUE: usize = 4096;
+
+impl Throttler {
+    /// Throttling off (`throttle.enabled = false`): admit all, write nothing.
+    pub fn disabled() -> Self {
+        Self { inner: None }
+    }
+
+    /// Starts the worker that owns marker I/O and the view refresh.
+    pub fn start(
+        settings: ThrottleSettings,
+        store: MarkerStore,
+        stop: CancellationToken,
+    ) -> (Self, JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let inner = Arc::new(Inner {
+            view: MarkerView::new(settings.max_staleness),
+            settings,
+            store,
+            commands: tx,
+            pending: Mutex::new(HashSet::new()),
+            retry_at: Mutex::new(HashMap::new()),
+            fail_open: AtomicU64::new(0),
+            markers_written: AtomicU64::new(0),
+            markers_removed: AtomicU64::new(0),
+            fail_open_log: RateLimitedLog::default(),
+        });
+        let task = tokio::spawn(worker::run(inner.clone(), rx, stop));
+        (Self { inner: Some(inner) }, task)
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Decides one call. Reads only the local view.
+    pub fn admit(&self, account_id: i64, request_id: Uuid, now: DateTime<Utc>) -> Admission {
+        let decision = match &self.inner {
+            None => Admission::Disabled,
+            Some(inner) => {
+                match inner
+                    .view
+                    .lookup(account_id, Month::containing(now), Instant::now())
+                {
+                    Lookup::Unmarked => Admission::Unmarked,
+                    Lookup::Stale => {
+                        inner.note_fail_open("stale_view", "marker view is stale; admitting");
+                        Admission::FailOpen
+                    }
+                    Lookup::Marked => {
+                        let bucket = admission::bucket(account_id, request_id);
+                        if admission::admits(bucket, inner.settings.admission_percent) {
+                            Admission::AdmittedByBucket
+                        } else {
+                            Admission::Throttled
+                        }
+                    }
+                }
+            }
+        };
+        metrics::counter!("tollgate_admission_total", "outcome" => decision.label()).increment(1);
+        decision
+    }
+
+    /// The account has nothing left in `month`. Writes the marker (when absent)
+    /// in the background; a past month writes nothing. Never waits.
+    pub fn exhaust(&self, account_id: i64, month: Month, now: DateTime<Utc>) {
+        let Some(inner) = &self.inner else { return };
+        if month != Month::containing(now) || inner.view.knows(account_id, month) {
+            return;
+        }
+        if let Some(at) = lock(&inner.retry_at).get(&account_id)
+            && Instant::now() < *at
+        {
+            return;
+        }
+        if !lock(&inner.pending).insert(account_id) {
+            return;
+        }
+        if inner
+            .commands
+            .try_send(Command::Exhaust { account_id, month })
+            .is_err()
+        {
+            lock(&inner.pending).remove(&account_id);
+            inner.note_fail_open(
+                "queue_full",
+                "throttle command queue full; marker not written",
+            );
+        }
+    }
+
+    /// The account has allowance again: forget the marker here at once and delete it
+    /// from the store in the background.
+    pub fn restore(&self, account_id: i64, now: DateTime<Utc>) {
+        let Some(inner) = &self.inner else { return };
+        let month = Month::containing(now);
+        inner.view.remove(account_id);
+        lock(&inner.retry_at).remove(&account_id);
+        if inner
+            .commands
+            .try_send(Command::Restore { account_id, month })
+            .is_err()
+        {
+            inner.note_fail_open(
+                "queue_full",
+                "throttle command queue full; marker not removed",
+            );
+        }
+    }
+
+    /// Asks the worker to list the store now instead of at the next tick.
+    pub fn refresh_now(&self) {
+        if let Some(inner) = &self.inner {
+            let _ = inner.commands.try_send(Command::Refresh);
+        }
+    }
+
+    pub fn stats(&self) -> ThrottleStats {
+        self.inner
+            .as_ref()
+            .map_or_else(ThrottleStats::default, |i| ThrottleStats {
+                fail_open: i.fail_open.load(Ordering::Relaxed),
+                markers_written: i.markers_written.load(Ordering::Relaxed),
+                markers_removed: i.markers_removed.load(Ordering::Relaxed),
+            })
+    }
+
+    /// Whether this replica's view holds a marker for the account this month.
+    pub fn is_marked(&self, account_id: i64, now: DateTime<Utc>) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|i| i.view.knows(account_id, Month::containing(now)))
+    }
+
+    /// Makes the store agree with `exhausted` (the accounts PostgreSQL says have
+    /// nothing left in the current month). See [`reconcile`].
+    pub async fn reconcile(
+        &self,
+        exhausted: &HashSet<i64>,
+        checked: &HashSet<i64>,
+        now: DateTime<Utc>,
+    ) -> Result<ReconcileReport, store::StoreError> {
+        match &self.inner {
+            None => Ok(ReconcileReport {
+                accounts_checked: checked.len(),
+                ..Default::default()
+            }),
+            Some(inner) => reconcile::run(inner, exhausted, checked, now).await,
+        }
+    }
+}
+
+impl Inner {
+    fn note_fail_open(&self, reason: &'static str, message: &'static str) {
+        self.fail_open.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("tollgate_throttle_fail_open_total", "reason" => reason).increment(1);
+        if self.fail_open_log.allow() {
+            tracing::warn!(
+                reason,
+                suppressed = self.fail_open_log.take_suppressed(),
+                "{message}"
+            );
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,191 @@
+//! Where markers are kept: Cloudflare Workers KV (shared), process memory (one
+//! replica), or nowhere (Cloudflare not configured: every operation fails open).
+//!
+//! Marker keys are `usage-exhausted:<account_id>:<month_start_unix>`; the value is
+//! unused (`"1"`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::cloudflare::{KvClient, KvError};
+use crate::month::Month;
+
+pub const MARKER_PREFIX: &str = "usage-exhausted:";
+const MARKER_VALUE: &[u8] = b"1";
+
+/// The marker key of an account and month.
+pub fn marker_key(account_id: i64, month: Month) -> String {
+    format!("{MARKER_PREFIX}{account_id}:{}", month.start_unix())
+}
+
+/// The account of a marker key of `month`; `None` for other months or foreign keys.
+pub fn parse_marker_key(key: &str, month: Month) -> Option<i64> {
+    let rest = key.strip_prefix(MARKER_PREFIX)?;
+    let (account, suffix) = rest.rsplit_once(':')?;
+    if suffix.parse::<i64>().ok()? != month.start_unix() {
+        return None;
+    }
+    account.parse().ok()
+}
+
+/// Why a store operation failed; every failure fails open.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cloudflare KV is not configured")]
+    Unconfigured,
+    #[error(transparent)]
+    Kv(#[from] KvError),
+}
+
+impl StoreError {
+    /// Short label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StoreError::Unconfigured => "unconfigured",
+            StoreError::Kv(KvError::BudgetExhausted) => "budget",
+            StoreError::Kv(KvError::RateLimited { .. } | KvError::BackingOff) => "rate_limited",
+            StoreError::Kv(KvError::Timeout) => "timeout",
+            StoreError::Kv(_) => "kv_error",
+        }
+    }
+}
+
+/// A marker store.
+#[derive(Clone)]
+pub enum MarkerStore {
+    Cloudflare(KvClient),
+    Memory(Arc<Mutex<HashMap<String, i64>>>),
+    Unconfigured,
+}
+
+impl MarkerStore {
+    pub fn memory() -> Self {
+        MarkerStore::Memory(Default::default())
+    }
+
+    pub fn is_shared(&self) -> bool {
+        matches!(self, MarkerStore::Cloudflare(_))
+    }
+
+    pub async fn exists(&self, key: &str) -> Result<bool, StoreError> {
+        match self {
+            MarkerStore::Cloudflare(kv) => Ok(kv.get(key).await?.is_some()),
+            MarkerStore::Memory(map) => Ok(lock(map).contains_key(key)),
+            MarkerStore::Unconfigured => Err(StoreError::Unconfigured),
+        }
+    }
+
+    pub async fn put(&self, key: &str, expiration_unix: i64) -> Result<(), StoreError> {
+        match self {
+            MarkerStore::Cloudflare(kv) => {
+                Ok(kv.put(key, MARKER_VALUE, Some(expiration_unix)).await?)
+            }
+            MarkerStore::Memory(map) => {
+                lock(map).insert(key.to_owned(), expiration_unix);
+                Ok(())
+            }
+            MarkerStore::Unconfigured => Err(StoreError::Unconfigured),
+        }
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        match self {
+            MarkerStore::Cloudflare(kv) => Ok(kv.delete(key).await?),
+            MarkerStore::Memory(map) => {
+                lock(map).remove(key);
+                Ok(())
+            }
+            MarkerStore::Unconfigured => Err(StoreError::Unconfigured),
+        }
+    }
+
+    /// Every key under [`MARKER_PREFIX`] (all months).
+    pub async fn list(&self) -> Result<Vec<String>, StoreError> {
+        match self {
+            MarkerStore::Cloudflare(kv) => Ok(kv
+                .list_all(MARKER_PREFIX)
+                .await?
+                .into_iter()
+                .map(|k| k.name)
+                .collect()),
+            MarkerStore::Memory(map) => Ok(lock(map).keys().cloned().collect()),
+            MarkerStore::Unconfigured => Err(StoreError::Unconfigured),
+        }
+    }
+
+    /// Writes many markers; Cloudflare's bulk endpoint when there are many.
+    pub async fn put_many(&self, keys: &[String], expiration_unix: i64) -> Result<(), StoreError> {
+        match self {
+            MarkerStore::Cloudflare(kv) if keys.len() > BULK_THRESHOLD => {
+                let items: Vec<_> = keys
+                    .iter()
+                    .map(|k| crate::cloudflare::BulkWrite {
+                        key: k.clone(),
+                        value: "1".into(),
+                        expiration: Some(expiration_unix),
+                    })
+                    .collect();
+                for chunk in items.chunks(BULK_CHUNK) {
+                    kv.bulk_put(chunk).await?;
+                }
+                Ok(())
+            }
+            _ => {
+                for key in keys {
+                    self.put(key, expiration_unix).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Deletes many markers; Cloudflare's bulk endpoint when there are many.
+    pub async fn delete_many(&self, keys: &[String]) -> Result<(), StoreError> {
+        match self {
+            MarkerStore::Cloudflare(kv) if keys.len() > BULK_THRESHOLD => {
+                for chunk in keys.chunks(BULK_CHUNK) {
+                    kv.bulk_delete(chunk).await?;
+                }
+                Ok(())
+            }
+            _ => {
+                for key in keys {
+                    self.delete(key).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Above this many keys, reconciliation uses the bulk endpoints (one call per chunk).
+const BULK_THRESHOLD: usize = 10;
+/// Cloudflare accepts up to 10,000 pairs per bulk call.
+const BULK_CHUNK: usize = 10_000;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_keys_follow_the_spec() {
+        let dec: Month = "2026-12".parse().unwrap();
+        assert_eq!(marker_key(42, dec), "usage-exhausted:42:1796083200");
+    }
+
+    #[test]
+    fn only_keys_of_the_given_month_parse() {
+        let dec: Month = "2026-12".parse().unwrap();
+        assert_eq!(
+            parse_marker_key("usage-exhausted:42:1796083200", dec),
+            Some(42)
+        );
+        assert_eq!(parse_marker_key("usage-exhausted:42:1793491200", dec), None);
+        assert_eq!(parse_marker_key("other:42:1796083200", dec), None);
+        assert_eq!(parse_marker_key("usage-exhausted:x:1796083200", dec), None);
+    }
+}

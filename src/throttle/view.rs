@@ -1,0 +1,179 @@
+//! The local view of the current month's exhaustion markers.
+//!
+//! Admission reads only this view, never KV. It is replaced by each successful listing
+//! of the store and patched at once by this replica's own writes and deletes. A view
+//! older than the staleness bound, or of another month, is treated as empty: the
+//! gateway fails open rather than throttle on old news.
+
+use std::collections::HashSet;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use crate::month::Month;
+
+#[derive(Debug)]
+struct Snapshot {
+    month: Option<Month>,
+    accounts: HashSet<i64>,
+    /// When the store was last listed successfully.
+    refreshed_at: Option<Instant>,
+}
+
+/// What the view says about one account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    Marked,
+    Unmarked,
+    /// The view is too old to trust (or was never filled); treat as unmarked.
+    Stale,
+}
+
+/// Shared, read-mostly marker set. The lock is never held across an `.await`.
+#[derive(Debug)]
+pub struct MarkerView {
+    inner: RwLock<Snapshot>,
+    max_staleness: Duration,
+}
+
+impl MarkerView {
+    pub fn new(max_staleness: Duration) -> Self {
+        Self {
+            inner: RwLock::new(Snapshot {
+                month: None,
+                accounts: HashSet::new(),
+                refreshed_at: None,
+            }),
+            max_staleness,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Snapshot> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Snapshot> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `account_id` is marked in `month`, as of `now`.
+    pub fn lookup(&self, account_id: i64, month: Month, now: Instant) -> Lookup {
+        let snap = self.read();
+        let fresh = snap
+            .refreshed_at
+            .is_some_and(|at| now.saturating_duration_since(at) <= self.max_staleness);
+        if snap.month != Some(month) {
+            return if fresh {
+                Lookup::Unmarked
+            } else {
+                Lookup::Stale
+            };
+        }
+        if !fresh {
+            return Lookup::Stale;
+        }
+        if snap.accounts.contains(&account_id) {
+            Lookup::Marked
+        } else {
+            Lookup::Unmarked
+        }
+    }
+
+    /// Whether this replica already knows of the marker (fresh or not).
+    pub fn knows(&self, account_id: i64, month: Month) -> bool {
+        let snap = self.read();
+        snap.month == Some(month) && snap.accounts.contains(&account_id)
+    }
+
+    /// Replaces the whole view with a listing taken at `at`.
+    pub fn replace(&self, month: Month, accounts: HashSet<i64>, at: Instant) {
+        let mut snap = self.write();
+        snap.month = Some(month);
+        snap.accounts = accounts;
+        snap.refreshed_at = Some(at);
+    }
+
+    /// Records a marker this replica wrote or found.
+    pub fn insert(&self, account_id: i64, month: Month) {
+        let mut snap = self.write();
+        if snap.month != Some(month) {
+            snap.month = Some(month);
+            snap.accounts.clear();
+        }
+        snap.accounts.insert(account_id);
+    }
+
+    /// Forgets a marker this replica deleted.
+    pub fn remove(&self, account_id: i64) {
+        self.write().accounts.remove(&account_id);
+    }
+
+    /// Number of markers held and the age of the last good listing.
+    pub fn stats(&self, now: Instant) -> (usize, Option<Duration>) {
+        let snap = self.read();
+        (
+            snap.accounts.len(),
+            snap.refreshed_at
+                .map(|at| now.saturating_duration_since(at)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nov() -> Month {
+        "2026-11".parse().unwrap()
+    }
+
+    #[test]
+    fn an_unfilled_view_is_stale() {
+        let view = MarkerView::new(Duration::from_secs(300));
+        assert_eq!(view.lookup(1, nov(), Instant::now()), Lookup::Stale);
+    }
+
+    #[test]
+    fn a_listed_marker_is_marked_until_the_view_grows_too_old() {
+        let view = MarkerView::new(Duration::from_secs(300));
+        let t0 = Instant::now();
+        view.replace(nov(), HashSet::from([7]), t0);
+        assert_eq!(
+            view.lookup(7, nov(), t0 + Duration::from_secs(300)),
+            Lookup::Marked
+        );
+        assert_eq!(view.lookup(8, nov(), t0), Lookup::Unmarked);
+        assert_eq!(
+            view.lookup(7, nov(), t0 + Duration::from_secs(301)),
+            Lookup::Stale
+        );
+    }
+
+    #[test]
+    fn markers_of_last_month_do_not_throttle_this_month() {
+        let view = MarkerView::new(Duration::from_secs(300));
+        let t0 = Instant::now();
+        view.replace(nov(), HashSet::from([7]), t0);
+        assert_eq!(view.lookup(7, nov().next(), t0), Lookup::Unmarked);
+    }
+
+    #[test]
+    fn own_writes_and_deletes_apply_at_once() {
+        let view = MarkerView::new(Duration::from_secs(300));
+        let t0 = Instant::now();
+        view.replace(nov(), HashSet::new(), t0);
+        view.insert(9, nov());
+        assert_eq!(view.lookup(9, nov(), t0), Lookup::Marked);
+        view.remove(9);
+        assert_eq!(view.lookup(9, nov(), t0), Lookup::Unmarked);
+    }
+
+    #[test]
+    fn a_write_for_a_new_month_starts_that_months_set() {
+        let view = MarkerView::new(Duration::from_secs(300));
+        let t0 = Instant::now();
+        view.replace(nov(), HashSet::from([1, 2]), t0);
+        view.insert(3, nov().next());
+        assert_eq!(view.lookup(3, nov().next(), t0), Lookup::Marked);
+        assert_eq!(view.lookup(1, nov().next(), t0), Lookup::Unmarked);
+    }
+}

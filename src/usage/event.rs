@@ -1,0 +1,116 @@
+//! Usage events and the bounded queue they travel through.
+//!
+//! The proxy publishes one event per upstream response with a non-blocking send. A
+//! full queue drops the event with a (rate-limited) warning and a counted metric: the
+//! customer's response is never delayed or changed by accounting.
+
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::telemetry::RateLimitedLog;
+
+/// One completed upstream call, to be accounted once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageEvent {
+    /// The gateway's request UUID; the ledger's idempotency key.
+    pub transaction_id: Uuid,
+    pub account_id: i64,
+    pub key_id: i64,
+    /// Picks the UTC month the call counts in.
+    pub occurred_at: DateTime<Utc>,
+    pub method: String,
+    pub route: String,
+    pub upstream_status: u16,
+}
+
+/// Why an event was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishOutcome {
+    Queued,
+    /// The queue was full; the event is lost and counted.
+    DroppedFull,
+    /// The listener has stopped (shutdown).
+    DroppedClosed,
+    /// Metering is off (local mode).
+    Disabled,
+}
+
+/// The sending side of the usage queue. Cheap to clone.
+#[derive(Clone)]
+pub struct UsagePublisher {
+    tx: Option<mpsc::Sender<UsageEvent>>,
+    capacity: usize,
+    drop_log: std::sync::Arc<RateLimitedLog>,
+}
+
+/// Creates the queue; the receiver goes to the listener.
+pub fn queue(capacity: usize) -> (UsagePublisher, mpsc::Receiver<UsageEvent>) {
+    let (tx, rx) = mpsc::channel(capacity);
+    let publisher = UsagePublisher {
+        tx: Some(tx),
+        capacity,
+        drop_log: Default::default(),
+    };
+    (publisher, rx)
+}
+
+impl UsagePublisher {
+    /// A publisher that accepts nothing (metering off).
+    pub fn disabled() -> Self {
+        Self {
+            tx: None,
+            capacity: 0,
+            drop_log: Default::default(),
+        }
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Events waiting for the listener.
+    pub fn depth(&self) -> usize {
+        self.tx
+            .as_ref()
+            .map_or(0, |tx| self.capacity - tx.capacity())
+    }
+
+    /// Queues `event` without waiting.
+    pub fn publish(&self, event: UsageEvent) -> PublishOutcome {
+        let Some(tx) = &self.tx else {
+            return PublishOutcome::Disabled;
+        };
+        let outcome = match tx.try_send(event) {
+            Ok(()) => PublishOutcome::Queued,
+            Err(mpsc::error::TrySendError::Full(event)) => {
+                if self.drop_log.allow() {
+                    tracing::warn!(
+                        account_id = event.account_id,
+                        transaction_id = %event.transaction_id,
+                        suppressed = self.drop_log.take_suppressed(),
+                        "usage queue full: event dropped"
+                    );
+                }
+                PublishOutcome::DroppedFull
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => PublishOutcome::DroppedClosed,
+        };
+        match outcome {
+            PublishOutcome::Queued => {
+                metrics::counter!("tollgate_usage_events_published_total").increment(1)
+            }
+            PublishOutcome::DroppedFull => {
+                metrics::counter!("tollgate_usage_events_dropped_total", "reason" => "queue_full")
+                    .increment(1)
+            }
+            PublishOutcome::DroppedClosed => {
+                metrics::counter!("tollgate_usage_events_dropped_total", "reason" => "closed")
+                    .increment(1)
+            }
+            PublishOutcome::Disabled => {}
+        }
+        metrics::gauge!("tollgate_usage_queue_depth").set(self.depth() as f64);
+        outcome
+    }
+}

@@ -1,0 +1,181 @@
+//! Where an account stands in a month: plan, allowance, used, remaining (SPEC §3.4).
+//!
+//! `used` comes from `usage_counter`, so a report costs a few indexed lookups whatever
+//! the account's volume. The same standing drives exhaustion, activation and
+//! reconciliation, so all of them agree with what the customer is shown.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use utoipa::ToSchema;
+
+use super::grants::{allowance_of, load_snapshots, load_subscriptions};
+use super::rules::{FREE_PLAN, active_subscription, remaining};
+use crate::month::Month;
+
+/// An account's position in one month.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    pub account_id: i64,
+    pub plan: String,
+    pub allowance: i64,
+    pub used: i64,
+}
+
+impl Standing {
+    pub fn remaining(&self) -> i64 {
+        remaining(self.allowance, self.used)
+    }
+
+    pub fn exhausted(&self) -> bool {
+        self.remaining() == 0
+    }
+}
+
+/// The usage object of SPEC §3.4.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct UsageReport {
+    pub account_id: i64,
+    /// First instant of the UTC month (inclusive).
+    pub month_start: DateTime<Utc>,
+    /// First instant of the next UTC month (exclusive).
+    pub month_end: DateTime<Utc>,
+    pub plan: String,
+    pub allowance: i64,
+    pub used: i64,
+    pub remaining: i64,
+    pub exhausted: bool,
+}
+
+/// Calls accounted per account in `month`; accounts without calls are absent.
+pub async fn load_used(
+    conn: &mut PgConnection,
+    account_ids: &[i64],
+    month: Month,
+) -> Result<HashMap<i64, i64>, sqlx::Error> {
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT account_id, used FROM usage_counter WHERE account_id = ANY($1) AND month_start = $2",
+    )
+    .bind(account_ids)
+    .bind(month.start())
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Standings of `account_ids` in `month`, judged at `month.judged_at(now)`.
+/// Accounts that do not exist are left out.
+pub async fn standings(
+    conn: &mut PgConnection,
+    account_ids: &[i64],
+    month: Month,
+    now: DateTime<Utc>,
+    free_monthly_calls: i64,
+) -> Result<Vec<Standing>, sqlx::Error> {
+    let subs = load_subscriptions(conn, account_ids).await?;
+    let at = month.judged_at(now);
+    let active: Vec<(i64, Option<_>)> = account_ids
+        .iter()
+        .map(|id| {
+            let chosen = subs
+                .get(id)
+                .and_then(|list| active_subscription(list, at))
+                .cloned();
+            (*id, chosen)
+        })
+        .collect();
+    let keys: Vec<(i64, Month)> = active
+        .iter()
+        .filter_map(|(_, s)| s.as_ref().map(|s| (s.id, month)))
+        .collect();
+    let snapshots = load_snapshots(conn, &keys).await?;
+    let used = load_used(conn, account_ids, month).await?;
+    Ok(active
+        .into_iter()
+        .filter(|(id, sub)| sub.is_some() || used.contains_key(id))
+        .map(|(account_id, sub)| {
+            let (plan, allowance) = match sub {
+                Some(s) => {
+                    let allowance = allowance_of(&s, month, &snapshots, free_monthly_calls);
+                    (s.plan, allowance)
+                }
+                None => (FREE_PLAN.to_owned(), free_monthly_calls),
+            };
+            Standing {
+                account_id,
+                plan,
+                allowance,
+                used: used.get(&account_id).copied().unwrap_or(0),
+            }
+        })
+        .collect())
+}
+
+/// The usage object of one account, or `None` when the account does not exist.
+pub async fn usage_report(
+    conn: &mut PgConnection,
+    account_id: i64,
+    month: Month,
+    now: DateTime<Utc>,
+    free_monthly_calls: i64,
+) -> Result<Option<UsageReport>, sqlx::Error> {
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM account WHERE id = $1)")
+        .bind(account_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    if !exists {
+        return Ok(None);
+    }
+    let standing = standings(conn, &[account_id], month, now, free_monthly_calls)
+        .await?
+        .into_iter()
+        .next()
+        .unwrap_or(Standing {
+            account_id,
+            plan: FREE_PLAN.into(),
+            allowance: free_monthly_calls,
+            used: 0,
+        });
+    Ok(Some(UsageReport {
+        account_id,
+        month_start: month.start(),
+        month_end: month.end(),
+        remaining: standing.remaining(),
+        exhausted: standing.exhausted(),
+        plan: standing.plan,
+        allowance: standing.allowance,
+        used: standing.used,
+    }))
+}
+
+/// Standings of every account with calls in `month`, read in pages of `page` accounts.
+pub async fn month_standings(
+    db: &sqlx::PgPool,
+    month: Month,
+    now: DateTime<Utc>,
+    free_monthly_calls: i64,
+    page: i64,
+) -> Result<Vec<Standing>, sqlx::Error> {
+    let mut out = Vec::new();
+    let mut after = i64::MIN;
+    loop {
+        let mut conn = db.acquire().await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT account_id FROM usage_counter
+             WHERE month_start = $1 AND account_id > $2 ORDER BY account_id LIMIT $3",
+        )
+        .bind(month.start())
+        .bind(after)
+        .bind(page)
+        .fetch_all(&mut *conn)
+        .await?;
+        let Some(last) = ids.last().copied() else {
+            break;
+        };
+        out.extend(standings(&mut conn, &ids, month, now, free_monthly_calls).await?);
+        after = last;
+    }
+    Ok(out)
+}

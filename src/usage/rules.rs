@@ -1,0 +1,216 @@
+//! The pure rules of SPEC §4: which subscription is active, and what a month allows.
+//!
+//! Everything here is a function of its arguments (time included), so the edges —
+//! the last millisecond of a month, a start instant, an expiry instant — are unit
+//! tested without a clock or a database.
+
+use chrono::{DateTime, Utc};
+
+use crate::month::Month;
+
+/// The reserved plan name of every account's free grant.
+pub const FREE_PLAN: &str = "free";
+
+/// One row of `subscription`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Subscription {
+    pub id: i64,
+    pub account_id: i64,
+    pub plan: String,
+    pub monthly_allowance: i64,
+    pub starts_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl Subscription {
+    pub fn is_free(&self) -> bool {
+        self.plan == FREE_PLAN
+    }
+
+    /// Validity is `[starts_at, expires_at)`.
+    pub fn is_active_at(&self, at: DateTime<Utc>) -> bool {
+        self.starts_at <= at && self.expires_at.is_none_or(|end| at < end)
+    }
+
+    /// Whether any instant of `month` falls inside the validity interval.
+    pub fn overlaps(&self, month: Month) -> bool {
+        self.starts_at < month.end() && self.expires_at.is_none_or(|end| end > month.start())
+    }
+
+    /// What a month of this subscription allows when no snapshot says otherwise.
+    pub fn default_allowance(&self, free_monthly_calls: i64) -> i64 {
+        if self.is_free() {
+            free_monthly_calls
+        } else {
+            self.monthly_allowance
+        }
+    }
+}
+
+/// The active subscription at `at`: the latest-starting active non-free one (ties:
+/// the newest id), else the free one. Expired subscriptions give nothing.
+pub fn active_subscription(subs: &[Subscription], at: DateTime<Utc>) -> Option<&Subscription> {
+    subs.iter()
+        .filter(|s| !s.is_free() && s.is_active_at(at))
+        .max_by_key(|s| (s.starts_at, s.id))
+        .or_else(|| subs.iter().find(|s| s.is_free()))
+}
+
+/// `remaining = max(0, allowance - used)`.
+pub fn remaining(allowance: i64, used: i64) -> i64 {
+    (allowance - used).max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn sub(id: i64, plan: &str, allowance: i64, start: &str, end: Option<&str>) -> Subscription {
+        Subscription {
+            id,
+            account_id: 1,
+            plan: plan.into(),
+            monthly_allowance: allowance,
+            starts_at: at(start),
+            expires_at: end.map(at),
+        }
+    }
+
+    fn free() -> Subscription {
+        sub(1, FREE_PLAN, 3000, "2026-01-01T00:00:00Z", None)
+    }
+
+    #[test]
+    fn without_a_paid_subscription_the_free_one_is_active() {
+        let subs = [free()];
+        assert_eq!(
+            active_subscription(&subs, at("2026-11-15T00:00:00Z"))
+                .unwrap()
+                .id,
+            1
+        );
+    }
+
+    #[test]
+    fn a_subscription_is_active_from_its_start_instant_inclusive() {
+        let subs = [
+            free(),
+            sub(
+                2,
+                "pro",
+                50_000,
+                "2026-11-10T00:00:00Z",
+                Some("2026-12-10T00:00:00Z"),
+            ),
+        ];
+        assert_eq!(
+            active_subscription(&subs, at("2026-11-09T23:59:59.999Z"))
+                .unwrap()
+                .id,
+            1
+        );
+        assert_eq!(
+            active_subscription(&subs, at("2026-11-10T00:00:00Z"))
+                .unwrap()
+                .id,
+            2
+        );
+    }
+
+    #[test]
+    fn a_subscription_is_gone_at_its_expiry_instant_and_free_takes_over() {
+        let subs = [
+            free(),
+            sub(
+                2,
+                "pro",
+                50_000,
+                "2026-11-10T00:00:00Z",
+                Some("2026-12-10T00:00:00Z"),
+            ),
+        ];
+        assert_eq!(
+            active_subscription(&subs, at("2026-12-09T23:59:59.999Z"))
+                .unwrap()
+                .id,
+            2
+        );
+        assert_eq!(
+            active_subscription(&subs, at("2026-12-10T00:00:00Z"))
+                .unwrap()
+                .id,
+            1
+        );
+    }
+
+    #[test]
+    fn the_latest_starting_paid_subscription_wins() {
+        let subs = [
+            free(),
+            sub(2, "pro", 50_000, "2026-11-01T00:00:00Z", None),
+            sub(3, "basic", 10_000, "2026-10-01T00:00:00Z", None),
+        ];
+        assert_eq!(
+            active_subscription(&subs, at("2026-11-15T00:00:00Z"))
+                .unwrap()
+                .id,
+            2
+        );
+    }
+
+    #[test]
+    fn equal_starts_are_broken_by_the_newest_id() {
+        let subs = [
+            free(),
+            sub(7, "pro", 50_000, "2026-11-01T00:00:00Z", None),
+            sub(9, "max", 90_000, "2026-11-01T00:00:00Z", None),
+            sub(8, "mid", 70_000, "2026-11-01T00:00:00Z", None),
+        ];
+        assert_eq!(
+            active_subscription(&subs, at("2026-11-15T00:00:00Z"))
+                .unwrap()
+                .id,
+            9
+        );
+    }
+
+    #[test]
+    fn an_account_without_any_subscription_has_none_active() {
+        assert!(active_subscription(&[], at("2026-11-15T00:00:00Z")).is_none());
+    }
+
+    #[test]
+    fn overlap_with_a_month_uses_the_half_open_interval() {
+        let month: Month = "2026-11".parse().unwrap();
+        let ends_at_start = sub(
+            2,
+            "pro",
+            1,
+            "2026-10-01T00:00:00Z",
+            Some("2026-11-01T00:00:00Z"),
+        );
+        let starts_at_end = sub(3, "pro", 1, "2026-12-01T00:00:00Z", None);
+        let last_ms = sub(4, "pro", 1, "2026-11-30T23:59:59.999Z", None);
+        assert!(!ends_at_start.overlaps(month));
+        assert!(!starts_at_end.overlaps(month));
+        assert!(last_ms.overlaps(month));
+    }
+
+    #[test]
+    fn remaining_never_goes_below_zero() {
+        assert_eq!(remaining(3000, 10), 2990);
+        assert_eq!(remaining(3000, 3000), 0);
+        assert_eq!(remaining(3000, 3600), 0);
+    }
+
+    #[test]
+    fn free_allowance_follows_the_configured_grant() {
+        assert_eq!(free().default_allowance(500), 500);
+        let paid = sub(2, "pro", 50_000, "2026-11-01T00:00:00Z", None);
+        assert_eq!(paid.default_allowance(500), 50_000);
+    }
+}

@@ -1,0 +1,97 @@
+//! The subscription allocation service behind `POST /admin/v1/accounts/{id}/subscriptions`.
+//!
+//! Activation locks the account (the same lock the listener takes, so accounting and
+//! activation serialize), inserts the subscription and, when metering, writes its
+//! current-month snapshot in the same transaction. An upgrade only changes the
+//! ceiling: the calls already used this month stay counted.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use super::grants::{Grant, ensure_free_subscriptions, ensure_snapshots, load_subscriptions};
+use super::report::{Standing, standings};
+use super::rules::Subscription;
+use crate::month::Month;
+
+/// What an operator asks for.
+#[derive(Debug, Clone)]
+pub struct NewSubscription {
+    pub plan: String,
+    pub monthly_allowance: i64,
+    pub starts_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ActivationError {
+    #[error("account not found")]
+    AccountNotFound,
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// The stored subscription and the account's standing in the current month after it.
+#[derive(Debug, Clone)]
+pub struct Activated {
+    pub subscription: Subscription,
+    pub standing: Option<Standing>,
+}
+
+/// Activates `new` for `account_id`; `metering` false (local mode) skips snapshots.
+#[tracing::instrument(skip_all, fields(account_id))]
+pub async fn activate(
+    db: &PgPool,
+    account_id: i64,
+    new: &NewSubscription,
+    now: DateTime<Utc>,
+    free_monthly_calls: i64,
+    metering: bool,
+) -> Result<Activated, ActivationError> {
+    let mut tx = db.begin().await?;
+    let found: Option<i64> = sqlx::query_scalar("SELECT id FROM account WHERE id = $1 FOR UPDATE")
+        .bind(account_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    if found.is_none() {
+        return Err(ActivationError::AccountNotFound);
+    }
+    let subscription: Subscription = sqlx::query_as(
+        "INSERT INTO subscription (account_id, plan, starts_at, expires_at, monthly_allowance)
+         VALUES ($1, $2, $3, $4, $5)
+         RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at",
+    )
+    .bind(account_id)
+    .bind(&new.plan)
+    .bind(new.starts_at)
+    .bind(new.expires_at)
+    .bind(new.monthly_allowance)
+    .fetch_one(&mut *tx)
+    .await?;
+
+    let current = Month::containing(now);
+    let mut standing = None;
+    if metering {
+        ensure_free_subscriptions(&mut tx, &[account_id], free_monthly_calls).await?;
+        let subs = load_subscriptions(&mut tx, &[account_id]).await?;
+        let grants: Vec<Grant> = subs
+            .get(&account_id)
+            .into_iter()
+            .flatten()
+            .filter(|s| s.is_free() || s.id == subscription.id)
+            .filter(|s| s.is_free() || s.overlaps(current))
+            .map(|s| Grant::for_month(s, current, free_monthly_calls))
+            .collect();
+        ensure_snapshots(&mut tx, &grants).await?;
+        standing = standings(&mut tx, &[account_id], current, now, free_monthly_calls)
+            .await?
+            .into_iter()
+            .next();
+    }
+    tx.commit().await?;
+    tracing::info!(subscription_id = subscription.id, plan = %subscription.plan,
+        monthly_allowance = subscription.monthly_allowance, "subscription activated");
+    Ok(Activated {
+        subscription,
+        standing,
+    })
+}
