@@ -45,6 +45,7 @@ pub struct ServerConfig {
     pub tls_key: Option<PathBuf>,
     pub metrics_listen: SocketAddr,
     /// How long in-flight requests may take to finish after a shutdown signal.
+    #[serde(deserialize_with = "lenient")]
     pub shutdown_grace_ms: u64,
 }
 
@@ -64,10 +65,13 @@ impl Default for ServerConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
     pub url: SecretString,
+    #[serde(deserialize_with = "lenient")]
     pub max_connections: u32,
     /// `serve` applies pending migrations before it listens.
+    #[serde(deserialize_with = "lenient")]
     pub migrate_on_start: bool,
     /// How long a request waits for a pooled connection before answering 503.
+    #[serde(deserialize_with = "lenient")]
     pub acquire_timeout_ms: u64,
 }
 
@@ -88,6 +92,7 @@ pub struct UpstreamConfig {
     pub base_url: String,
     pub shared_secret: Option<SecretString>,
     pub key_header: String,
+    #[serde(deserialize_with = "lenient")]
     pub timeout_ms: u64,
 }
 
@@ -112,6 +117,7 @@ pub struct AdminConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct AccountConfig {
     /// Lifetime of a login session token.
+    #[serde(deserialize_with = "lenient")]
     pub session_ttl_seconds: u64,
 }
 
@@ -134,19 +140,27 @@ pub enum MarkerStoreKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ThrottleConfig {
+    #[serde(deserialize_with = "lenient")]
     pub enabled: bool,
+    #[serde(deserialize_with = "lenient")]
     pub admission_percent: u8,
     pub store: MarkerStoreKind,
     /// How often the marker view is refreshed from the store.
+    #[serde(deserialize_with = "lenient")]
     pub refresh_interval_ms: u64,
     /// How long the last good view is trusted while refreshes fail.
+    #[serde(deserialize_with = "lenient")]
     pub max_staleness_ms: u64,
     /// How often markers are reconciled with PostgreSQL.
+    #[serde(deserialize_with = "lenient")]
     pub reconcile_interval_ms: u64,
     /// Cloudflare API calls this replica may make per budget window.
+    #[serde(deserialize_with = "lenient")]
     pub kv_call_budget: u32,
+    #[serde(deserialize_with = "lenient")]
     pub kv_budget_window_ms: u64,
     /// Timeout of one Cloudflare API call.
+    #[serde(deserialize_with = "lenient")]
     pub kv_timeout_ms: u64,
 }
 
@@ -169,11 +183,15 @@ impl Default for ThrottleConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UsageCheckConfig {
+    #[serde(deserialize_with = "lenient")]
     pub enabled: bool,
+    #[serde(deserialize_with = "lenient")]
     pub queue_capacity: usize,
     /// Most events accounted in one transaction.
+    #[serde(deserialize_with = "lenient")]
     pub batch_size: usize,
     /// How long shutdown may spend draining the queue into PostgreSQL.
+    #[serde(deserialize_with = "lenient")]
     pub drain_timeout_ms: u64,
 }
 
@@ -191,6 +209,7 @@ impl Default for UsageCheckConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UsageConfig {
+    #[serde(deserialize_with = "lenient")]
     pub free_monthly_calls: i64,
 }
 
@@ -325,6 +344,8 @@ impl Config {
                     "environment variable {name} is not of the form TOLLGATE__<SECTION>__<KEY>"
                 )));
             }
+            // Kept as text: typed fields parse it (see `lenient`), text fields keep
+            // it exactly (a secret like "0123" or "true" stays as written).
             figment = figment.merge(Serialized::default(&path.join("."), value));
         }
         let mut config: Config = figment
@@ -397,6 +418,28 @@ impl Config {
 
     pub fn upstream_timeout(&self) -> Duration {
         Duration::from_millis(self.upstream.timeout_ms)
+    }
+}
+
+/// Deserializes a typed value given natively (TOML) or as text (environment).
+fn lenient<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given<T> {
+        Typed(T),
+        Text(String),
+    }
+    match Given::<T>::deserialize(deserializer)? {
+        Given::Typed(value) => Ok(value),
+        Given::Text(text) => text
+            .trim()
+            .parse()
+            .map_err(|e| serde::de::Error::custom(format!("`{text}`: {e}"))),
     }
 }
 
