@@ -65,13 +65,26 @@ pub struct MigrationReport {
 
 /// Applies every pending migration, creating the database first when it does not exist.
 pub async fn migrate(url: &SecretString) -> anyhow::Result<MigrationReport> {
+    migrate_to(url, None).await
+}
+
+/// Applies pending migrations up to and including version `target` (all when `None`).
+pub async fn migrate_to(
+    url: &SecretString,
+    target: Option<u32>,
+) -> anyhow::Result<MigrationReport> {
     let created_database = create_database_if_missing(url).await?;
     let mut client = connect_raw(url.expose_secret()).await?;
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
         .await
         .context("cannot take the migration lock")?;
+    let target = match target {
+        Some(version) => refinery::Target::Version(version as _),
+        None => refinery::Target::Latest,
+    };
     let result = embedded::migrations::runner()
+        .set_target(target)
         .set_abort_divergent(true)
         .run_async(&mut client)
         .await;
