@@ -78,8 +78,15 @@ pub struct ThrottleStats {
 }
 
 enum Command {
-    Exhaust { account_id: i64, month: Month },
-    Restore { account_id: i64, month: Month },
+    Exhaust {
+        account_id: i64,
+        month: Month,
+        now: DateTime<Utc>,
+    },
+    Restore {
+        account_id: i64,
+        month: Month,
+    },
     Refresh,
 }
 
@@ -186,7 +193,11 @@ impl Throttler {
         }
         if inner
             .commands
-            .try_send(Command::Exhaust { account_id, month })
+            .try_send(Command::Exhaust {
+                account_id,
+                month,
+                now,
+            })
             .is_err()
         {
             lock(&inner.pending).remove(&account_id);

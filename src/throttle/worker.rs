@@ -43,7 +43,7 @@ pub(super) async fn run(
             _ = stop.cancelled() => break,
             _ = tick.tick() => refresh(&inner).await,
             command = rx.recv() => match command {
-                Some(Command::Exhaust { account_id, month }) => exhaust(&inner, account_id, month).await,
+                Some(Command::Exhaust { account_id, month, now }) => exhaust(&inner, account_id, month, now).await,
                 Some(Command::Restore { account_id, month }) => restore(&inner, account_id, month).await,
                 Some(Command::Refresh) => refresh(&inner).await,
                 None => break,
@@ -82,9 +82,8 @@ async fn refresh(inner: &Inner) {
     }
 }
 
-async fn exhaust(inner: &Inner, account_id: i64, month: Month) {
+async fn exhaust(inner: &Inner, account_id: i64, month: Month, now: chrono::DateTime<Utc>) {
     let key = marker_key(account_id, month);
-    let now = Utc::now();
     let result = async {
         if inner.store.exists(&key).await? {
             return Ok(false);

@@ -42,6 +42,7 @@ pub struct UsagePublisher {
     tx: Option<mpsc::Sender<UsageEvent>>,
     capacity: usize,
     drop_log: std::sync::Arc<RateLimitedLog>,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Creates the queue; the receiver goes to the listener.
@@ -51,6 +52,7 @@ pub fn queue(capacity: usize) -> (UsagePublisher, mpsc::Receiver<UsageEvent>) {
         tx: Some(tx),
         capacity,
         drop_log: Default::default(),
+        dropped: Default::default(),
     };
     (publisher, rx)
 }
@@ -62,6 +64,7 @@ impl UsagePublisher {
             tx: None,
             capacity: 0,
             drop_log: Default::default(),
+            dropped: Default::default(),
         }
     }
 
@@ -74,6 +77,11 @@ impl UsagePublisher {
         self.tx
             .as_ref()
             .map_or(0, |tx| self.capacity - tx.capacity())
+    }
+
+    /// Events dropped because the queue was full or closed, since start.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Queues `event` without waiting.
@@ -96,6 +104,13 @@ impl UsagePublisher {
             }
             Err(mpsc::error::TrySendError::Closed(_)) => PublishOutcome::DroppedClosed,
         };
+        if matches!(
+            outcome,
+            PublishOutcome::DroppedFull | PublishOutcome::DroppedClosed
+        ) {
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         match outcome {
             PublishOutcome::Queued => {
                 metrics::counter!("tollgate_usage_events_published_total").increment(1)
