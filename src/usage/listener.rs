@@ -161,6 +161,12 @@ impl Accountant {
                 .map(|s| s.account_id)
                 .collect();
         }
+        // Handed over while the account locks are held: an upgrade that commits after
+        // us queues its restore behind this exhaust on the same worker, so this
+        // replica can never leave a marker on an account that has allowance again.
+        for account_id in &outcome.exhausted {
+            self.throttler.exhaust(*account_id, current, now);
+        }
         tx.commit().await?;
 
         let committed = Utc::now();
@@ -175,9 +181,6 @@ impl Accountant {
             .increment(outcome.accounted as u64);
         metrics::counter!("tollgate_usage_events_duplicate_total")
             .increment(outcome.duplicates as u64);
-        for account_id in &outcome.exhausted {
-            self.throttler.exhaust(*account_id, current, now);
-        }
         Ok(outcome)
     }
 }
