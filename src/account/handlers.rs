@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -213,18 +213,19 @@ pub async fn login(
     };
 
     let token = PlainToken::generate(SESSION_PREFIX);
-    let ttl = i64::try_from(state.config.account.session_ttl_seconds).unwrap_or(i64::MAX / 2);
-    let expires_at: DateTime<Utc> = sqlx::query_scalar(
-        "INSERT INTO account_session (account_id, token_hash, expires_at)
-         VALUES ($1, $2, now() + make_interval(secs => $3))
-         RETURNING expires_at",
+    let ttl = i64::try_from(state.config.account.session_ttl_seconds).unwrap_or(i64::MAX);
+    let expires_at = Utc::now()
+        .checked_add_signed(Duration::seconds(ttl.min(100 * 365 * 86_400)))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+        .trunc_subsecs(0);
+    sqlx::query(
+        "INSERT INTO account_session (account_id, token_hash, expires_at) VALUES ($1, $2, $3)",
     )
     .bind(account_id)
     .bind(token.hash().as_bytes())
-    .bind(ttl as f64)
-    .fetch_one(&state.db)
+    .bind(expires_at)
+    .execute(&state.db)
     .await?;
-    let expires_at = expires_at.min(Utc::now() + Duration::seconds(ttl));
     Ok(Json(LoginResponse {
         token: token.reveal(),
         expires_at,
