@@ -6,6 +6,22 @@ use common::*;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+async fn get(app: &TestApp, path: &str) -> reqwest::Response {
+    app.client.get(app.url(path)).send().await.unwrap()
+}
+
+async fn list_keys(app: &TestApp, token: &str) -> Value {
+    let res = app
+        .client
+        .get(app.url("/account/v1/keys"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    res.json().await.unwrap()
+}
+
 async fn error_code(res: reqwest::Response) -> (StatusCode, String) {
     let status = res.status();
     let body: Value = res.json().await.expect("error bodies are JSON");
@@ -240,16 +256,7 @@ async fn keys_are_created_listed_without_their_secret_and_revoked() {
     let second_id = created["key_id"].as_i64().unwrap();
     assert_eq!(app.call("/western/v1/x", &second_key).await.status(), 200);
 
-    let listed: Value = app
-        .client
-        .get(app.url("/account/v1/keys"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = list_keys(&app, &token).await;
     let listed = listed.as_array().unwrap();
     assert_eq!(listed.len(), 2);
     assert_eq!(listed[0]["key_id"], customer.key_id);
@@ -277,16 +284,7 @@ async fn keys_are_created_listed_without_their_secret_and_revoked() {
         "other key unaffected"
     );
 
-    let listed: Value = app
-        .client
-        .get(app.url("/account/v1/keys"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = list_keys(&app, &token).await;
     assert!(listed[1]["revoked_at"].is_string());
 }
 
@@ -389,24 +387,8 @@ async fn the_admin_api_needs_its_token_and_vanishes_without_one() {
 #[tokio::test]
 async fn health_readiness_and_the_openapi_document_are_served() {
     let app = spawn_app().await;
-    assert_eq!(
-        app.client
-            .get(app.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        app.client
-            .get(app.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(get(&app, "/healthz").await.status(), 200);
+    assert_eq!(get(&app, "/readyz").await.status(), 200);
     let doc: Value = app
         .client
         .get(app.url("/openapi.json"))
@@ -447,24 +429,8 @@ async fn readiness_fails_and_proxied_calls_get_503_when_the_database_is_down() {
     )
     .unwrap();
     let app = spawn_with_pool(db, upstream, config, dead).await;
-    assert_eq!(
-        app.client
-            .get(app.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        app.client
-            .get(app.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        503
-    );
+    assert_eq!(get(&app, "/healthz").await.status(), 200);
+    assert_eq!(get(&app, "/readyz").await.status(), 503);
     let res = app
         .call(
             "/vedic/v1/x",
@@ -486,15 +452,7 @@ async fn metrics_are_served_on_their_own_listener_only() {
     let app = spawn_app().await;
     let customer = app.signup().await;
     app.call("/vedic/v1/x", &customer.api_key).await;
-    assert_eq!(
-        app.client
-            .get(app.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        404
-    );
+    assert_eq!(get(&app, "/metrics").await.status(), 404);
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -322,19 +322,28 @@ pub async fn usage(
     principal: AccountPrincipal,
     QueryParams(query): QueryParams<MonthQuery>,
 ) -> Result<Json<UsageReport>, ApiError> {
+    usage_response(&state, principal.account_id, &query).await
+}
+
+/// The usage object of `account_id` for `?month=`; shared with the admin API.
+pub(crate) async fn usage_response(
+    state: &AppState,
+    account_id: i64,
+    query: &MonthQuery,
+) -> Result<Json<UsageReport>, ApiError> {
     let now = Utc::now();
-    let month = month_or_current(&query, now)?;
+    let month = month_or_current(query, now)?;
     let mut conn = state.db.acquire().await?;
-    let report = usage::report::usage_report(
+    usage::report::usage_report(
         &mut conn,
-        principal.account_id,
+        account_id,
         month,
         now,
         state.config.usage.free_monthly_calls,
     )
     .await?
-    .ok_or(ApiError::AccountNotFound)?;
-    Ok(Json(report))
+    .map(Json)
+    .ok_or(ApiError::AccountNotFound)
 }
 
 #[cfg(test)]

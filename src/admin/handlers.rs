@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::account::auth::AdminPrincipal;
-use crate::account::handlers::{MonthQuery, month_or_current};
+use crate::account::handlers::{MonthQuery, usage_response};
 use crate::app::AppState;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams, QueryParams};
 use crate::throttle::ReconcileReport;
+use crate::usage::UsageReport;
 use crate::usage::reconcile::{ReconcileError, reconcile_markers};
 use crate::usage::rules::FREE_PLAN;
 use crate::usage::subscriptions::{ActivationError, NewSubscription, activate};
-use crate::usage::{self, UsageReport};
 
 const MAX_PLAN_CHARS: usize = 64;
 
@@ -138,19 +138,7 @@ pub async fn account_usage(
     PathParams(account_id): PathParams<i64>,
     QueryParams(query): QueryParams<MonthQuery>,
 ) -> Result<Json<UsageReport>, ApiError> {
-    let now = Utc::now();
-    let month = month_or_current(&query, now)?;
-    let mut conn = state.db.acquire().await?;
-    usage::report::usage_report(
-        &mut conn,
-        account_id,
-        month,
-        now,
-        state.config.usage.free_monthly_calls,
-    )
-    .await?
-    .map(Json)
-    .ok_or(ApiError::AccountNotFound)
+    usage_response(&state, account_id, &query).await
 }
 
 /// Reconciles the current month's markers with PostgreSQL now.
