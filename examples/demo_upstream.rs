@@ -7,7 +7,9 @@ use tollgate::testkit::upstream::UpstreamServer;
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:9000".into());
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:9000".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     let server = UpstreamServer::start_on(listener, false).await?;
     println!("demo upstream listening on {}", server.base_url());

@@ -183,9 +183,10 @@ async fn missing_unknown_and_malformed_keys_are_refused_before_the_upstream() {
 
 #[tokio::test]
 async fn an_unreachable_upstream_is_502_and_a_slow_one_504() {
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // Bound but never listening: connections are refused and no other test can take the port.
+    let closed = tokio::net::TcpSocket::new_v4().unwrap();
+    closed.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let dead_addr = closed.local_addr().unwrap();
-    drop(closed);
     let app = spawn_app_with(|c| c.upstream.base_url = format!("http://{dead_addr}")).await;
     let customer = app.signup().await;
     let res = app.call("/vedic/v1/x", &customer.api_key).await;
