@@ -658,6 +658,35 @@ async fn a_full_queue_drops_events_without_touching_responses() {
 }
 
 #[tokio::test]
+async fn accounting_survives_losing_its_database_connection_mid_batch() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let lock = lock_account(&app.db.pool, customer.account_id).await;
+    for _ in 0..5 {
+        assert_eq!(app.call(DAILY, &customer.api_key).await.status(), 200);
+    }
+    // The listener's connection waits on the lock; cut it as a failover would.
+    let pool = app.db.pool.clone();
+    let waiting = move || {
+        let pool = pool.clone();
+        async move {
+            let killed: i64 = sqlx::query_scalar(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            killed > 0
+        }
+    };
+    wait_until("listener connection terminated", waiting).await;
+    lock.rollback().await.unwrap();
+    app.wait_for_ledger(customer.account_id, 5).await;
+    assert_eq!(app.state.usage.dropped(), 0);
+}
+
+#[tokio::test]
 async fn shutdown_drains_the_queue_into_the_ledger() {
     let mut app = spawn_app().await;
     let customer = app.signup().await;

@@ -264,38 +264,66 @@ async fn bump_counters(
     Ok(())
 }
 
-/// Delays between attempts at a failing batch before it is split event by event.
+/// Delays between attempts at a batch the database refuses, before it is split
+/// event by event.
 const RETRY_DELAYS: [Duration; 3] = [
     Duration::from_millis(50),
     Duration::from_millis(250),
     Duration::from_secs(1),
 ];
 
+/// Longest wait between attempts while the database is unreachable.
+const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Errors that say nothing about the events: the batch will succeed once the
+/// database is back (lost connections, pool timeouts, serialization failures).
+fn is_transient(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            ["08", "40", "53", "57"]
+                .iter()
+                .any(|class| code.starts_with(class))
+        }),
+        _ => false,
+    }
+}
+
 impl Accountant {
-    /// Accounts a batch, retrying database errors; a batch that keeps failing is split
-    /// so that one bad event cannot take the others with it.
+    /// Accounts a batch whatever it takes: while the database is unreachable the batch
+    /// waits (new events queue up behind it, and the queue's bound decides what is
+    /// dropped); a batch the database refuses is retried, then split so that one bad
+    /// event cannot take the others with it.
     async fn account_resilient(&self, batch: &[UsageEvent]) {
-        let mut last_error = None;
-        for (attempt, delay) in std::iter::once(Duration::ZERO)
-            .chain(RETRY_DELAYS)
-            .enumerate()
-        {
-            tokio::time::sleep(delay).await;
+        let mut refusals = 0;
+        let mut outage_backoff = Duration::from_millis(100);
+        let last_error = loop {
             match self.account(batch, Utc::now()).await {
                 Ok(_) => return,
                 Err(e) => {
                     metrics::counter!("tollgate_usage_listener_errors_total").increment(1);
-                    tracing::warn!(attempt, events = batch.len(), error = %anyhow_chain(&e),
-                        "usage batch failed");
-                    last_error = Some(e);
+                    tracing::warn!(events = batch.len(), transient = is_transient(&e),
+                        error = %anyhow_chain(&e), "usage batch failed");
+                    if is_transient(&e) {
+                        tokio::time::sleep(outage_backoff).await;
+                        outage_backoff = (outage_backoff * 2).min(MAX_OUTAGE_BACKOFF);
+                    } else if let Some(delay) = RETRY_DELAYS.get(refusals) {
+                        refusals += 1;
+                        tokio::time::sleep(*delay).await;
+                    } else {
+                        break e;
+                    }
                 }
             }
-        }
+        };
         if batch.len() == 1 {
             metrics::counter!("tollgate_usage_events_failed_total").increment(1);
             tracing::error!(transaction_id = %batch[0].transaction_id,
                 account_id = batch[0].account_id,
-                error = %last_error.as_ref().map(|e| anyhow_chain(e)).unwrap_or_default(),
+                error = %anyhow_chain(&last_error),
                 "usage event could not be accounted");
             return;
         }
