@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: unit tests, and integration tests against real
-# PostgreSQL (each test makes its own database and drops it). Starts PostgreSQL
-# when none answers.
+# Runs the whole test suite: unit tests, integration tests against real PostgreSQL
+# (each test makes its own database and drops it) and a smoke run of the
+# accounting benchmark. Starts PostgreSQL when none answers. Ends with one line
+# totalling every test binary's results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/ensure-postgres.sh
 source scripts/ensure-postgres.sh
-cargo test --locked --all-targets "$@"
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --locked --lib --bins --tests --benches "$@" 2>&1 | tee "$log" || status=$?
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "all tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
