@@ -147,6 +147,24 @@ async fn create_database_if_missing(url: &SecretString) -> anyhow::Result<bool> 
     }
 }
 
+/// Errors that say nothing about the request or the data: the same work succeeds once
+/// the database is reachable again (lost connections, pool timeouts, failover,
+/// serialization failures, lock timeouts, resource exhaustion).
+pub fn is_transient(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            ["08", "40", "53", "57", "55P03"]
+                .iter()
+                .any(|prefix| code.starts_with(prefix))
+        }),
+        _ => false,
+    }
+}
+
 /// Names of every migration shipped in this binary, `V<n>__<name>`.
 pub fn shipped_migrations() -> Vec<String> {
     embedded::migrations::runner()

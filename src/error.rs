@@ -108,14 +108,20 @@ impl ApiError {
         }
     }
 
-    /// Maps a database error: pool exhaustion and lost connections are 503s, the rest 500s.
+    /// Maps a database error: an unreachable or overloaded database is a 503, input
+    /// PostgreSQL cannot store (SQLSTATE class 22, e.g. a NUL character) a 422, the
+    /// rest 500s.
     pub fn from_db(err: sqlx::Error) -> Self {
-        match err {
-            sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_) => ApiError::DatabaseUnavailable(err),
-            other => ApiError::Internal(anyhow::Error::new(other)),
+        if crate::db::is_transient(&err) || matches!(err, sqlx::Error::PoolClosed) {
+            return ApiError::DatabaseUnavailable(err);
+        }
+        match &err {
+            sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("22")) => {
+                ApiError::Validation(
+                    "the request holds characters or values that cannot be stored".into(),
+                )
+            }
+            _ => ApiError::Internal(anyhow::Error::new(err)),
         }
     }
 }

@@ -275,23 +275,6 @@ const RETRY_DELAYS: [Duration; 3] = [
 /// Longest wait between attempts while the database is unreachable.
 const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Errors that say nothing about the events: the batch will succeed once the
-/// database is back (lost connections, pool timeouts, serialization failures).
-fn is_transient(err: &sqlx::Error) -> bool {
-    match err {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_) => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            ["08", "40", "53", "57"]
-                .iter()
-                .any(|class| code.starts_with(class))
-        }),
-        _ => false,
-    }
-}
-
 impl Accountant {
     /// Accounts a batch whatever it takes: while the database is unreachable the batch
     /// waits (new events queue up behind it, and the queue's bound decides what is
@@ -305,9 +288,9 @@ impl Accountant {
                 Ok(_) => return,
                 Err(e) => {
                     metrics::counter!("tollgate_usage_listener_errors_total").increment(1);
-                    tracing::warn!(events = batch.len(), transient = is_transient(&e),
+                    tracing::warn!(events = batch.len(), transient = crate::db::is_transient(&e),
                         error = %anyhow_chain(&e), "usage batch failed");
-                    if is_transient(&e) {
+                    if crate::db::is_transient(&e) {
                         tokio::time::sleep(outage_backoff).await;
                         outage_backoff = (outage_backoff * 2).min(MAX_OUTAGE_BACKOFF);
                     } else if let Some(delay) = RETRY_DELAYS.get(refusals) {
@@ -351,12 +334,25 @@ pub async fn run(
             break;
         }
         record_batch(&batch, rx.len());
-        accountant.account_resilient(&batch).await;
+        // A batch stuck on an unreachable database must not hold shutdown up: on stop
+        // the attempt is abandoned (its transaction rolls back) and the batch is
+        // accounted by the bounded drain below.
+        let done = tokio::select! {
+            _ = accountant.account_resilient(&batch) => true,
+            _ = stop.cancelled() => false,
+        };
+        if !done {
+            break;
+        }
         batch.clear();
     }
 
     rx.close();
     let drained = tokio::time::timeout(drain_timeout, async {
+        if !batch.is_empty() {
+            accountant.account_resilient(&batch).await;
+            batch.clear();
+        }
         while rx.recv_many(&mut batch, batch_size).await > 0 {
             record_batch(&batch, rx.len());
             accountant.account_resilient(&batch).await;

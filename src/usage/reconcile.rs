@@ -41,5 +41,16 @@ pub async fn reconcile_markers(
         .filter(|s| s.exhausted())
         .map(|s| s.account_id)
         .collect();
-    Ok(throttler.reconcile(&exhausted, &checked, now).await?)
+    match throttler.reconcile(&exhausted, &checked, now).await {
+        // Markers are off (Cloudflare not configured): nothing to reconcile, which
+        // is the fail-open behaviour, not an outage.
+        Err(StoreError::Unconfigured) => {
+            tracing::warn!("reconciliation skipped: cloudflare KV is not configured");
+            Ok(ReconcileReport {
+                accounts_checked: checked.len(),
+                ..Default::default()
+            })
+        }
+        other => Ok(other?),
+    }
 }

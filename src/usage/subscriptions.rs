@@ -38,7 +38,7 @@ pub struct Activated {
 }
 
 /// Activates `new` for `account_id`; `metering` false (local mode) skips snapshots.
-#[tracing::instrument(skip_all, fields(account_id))]
+#[tracing::instrument(skip_all, fields(account_id = account_id))]
 pub async fn activate(
     db: &PgPool,
     account_id: i64,
