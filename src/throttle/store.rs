@@ -113,55 +113,65 @@ impl MarkerStore {
         }
     }
 
-    /// Writes many markers; Cloudflare's bulk endpoint when there are many.
+    /// Writes many markers; Cloudflare's bulk endpoint when there are many, one call
+    /// per key when there are few or when the bulk endpoint is not offered.
     pub async fn put_many(&self, keys: &[String], expiration_unix: i64) -> Result<(), StoreError> {
-        match self {
-            MarkerStore::Cloudflare(kv) if keys.len() > BULK_THRESHOLD => {
-                let items: Vec<_> = keys
-                    .iter()
-                    .map(|k| crate::cloudflare::BulkWrite {
-                        key: k.clone(),
-                        value: "1".into(),
-                        expiration: Some(expiration_unix),
-                    })
-                    .collect();
-                for chunk in items.chunks(BULK_CHUNK) {
-                    kv.bulk_put(chunk).await?;
+        if let MarkerStore::Cloudflare(kv) = self
+            && keys.len() > BULK_THRESHOLD
+        {
+            let items: Vec<_> = keys
+                .iter()
+                .map(|k| crate::cloudflare::BulkWrite {
+                    key: k.clone(),
+                    value: "1".into(),
+                    expiration: Some(expiration_unix),
+                })
+                .collect();
+            match kv.bulk_put(&items).await {
+                Err(e) if bulk_unsupported(&e) => {
+                    tracing::info!("KV bulk write not offered; writing key by key");
                 }
-                Ok(())
-            }
-            _ => {
-                for key in keys {
-                    self.put(key, expiration_unix).await?;
-                }
-                Ok(())
+                other => return Ok(other?),
             }
         }
+        for key in keys {
+            self.put(key, expiration_unix).await?;
+        }
+        Ok(())
     }
 
-    /// Deletes many markers; Cloudflare's bulk endpoint when there are many.
+    /// Deletes many markers, like [`MarkerStore::put_many`].
     pub async fn delete_many(&self, keys: &[String]) -> Result<(), StoreError> {
-        match self {
-            MarkerStore::Cloudflare(kv) if keys.len() > BULK_THRESHOLD => {
-                for chunk in keys.chunks(BULK_CHUNK) {
-                    kv.bulk_delete(chunk).await?;
+        if let MarkerStore::Cloudflare(kv) = self
+            && keys.len() > BULK_THRESHOLD
+        {
+            match kv.bulk_delete(keys).await {
+                Err(e) if bulk_unsupported(&e) => {
+                    tracing::info!("KV bulk delete not offered; deleting key by key");
                 }
-                Ok(())
-            }
-            _ => {
-                for key in keys {
-                    self.delete(key).await?;
-                }
-                Ok(())
+                other => return Ok(other?),
             }
         }
+        for key in keys {
+            self.delete(key).await?;
+        }
+        Ok(())
     }
+}
+
+/// A KV server without the bulk endpoints (SPEC §5 names only the single-key ones).
+fn bulk_unsupported(err: &KvError) -> bool {
+    matches!(
+        err,
+        KvError::Api {
+            status: 404 | 405 | 501,
+            ..
+        }
+    )
 }
 
 /// Above this many keys, reconciliation uses the bulk endpoints (one call per chunk).
 const BULK_THRESHOLD: usize = 10;
-/// Cloudflare accepts up to 10,000 pairs per bulk call.
-const BULK_CHUNK: usize = 10_000;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
