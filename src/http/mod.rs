@@ -17,14 +17,18 @@ pub use observe::RequestId;
 use crate::app::AppState;
 use crate::error::ApiError;
 
-/// Every public route of the gateway.
+/// Every public route of the gateway. Without `admin.token` the admin API does not
+/// exist at all: its paths answer 404 like any unknown path.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let mut routes = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/openapi.json", get(openapi::serve))
-        .merge(crate::account::router())
-        .merge(crate::admin::router())
+        .merge(crate::account::router());
+    if state.config.admin.token.is_some() {
+        routes = routes.merge(crate::admin::router());
+    }
+    routes
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(CatchPanicLayer::custom(|_| {
@@ -46,8 +50,9 @@ async fn fallback(
     }
 }
 
+/// A known path with another method is not one of the SPEC's routes: 404.
 async fn method_not_allowed() -> ApiError {
-    ApiError::MethodNotAllowed
+    ApiError::NotFound
 }
 
 /// The router of the metrics listener: `/metrics` only.

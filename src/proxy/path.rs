@@ -9,9 +9,13 @@ use percent_encoding::percent_decode_str;
 /// The proxied API prefixes (SPEC §3.1).
 pub const PREFIXES: [&str; 2] = ["/vedic/v1/", "/western/v1/"];
 
-/// The metrics/route label of a proxied path, or `None` when it is not proxied.
+/// The proxied prefix of a path, or `None` when it is not proxied. A prefix's root
+/// without its trailing slash (`/vedic/v1`) belongs to it too.
 pub fn prefix_of(path: &str) -> Option<&'static str> {
-    PREFIXES.iter().copied().find(|p| path.starts_with(p))
+    PREFIXES
+        .iter()
+        .copied()
+        .find(|p| path.starts_with(p) || path == &p[..p.len() - 1])
 }
 
 /// How many rounds of percent-decoding are examined.
@@ -38,12 +42,14 @@ pub fn is_contained(path: &str) -> bool {
     false
 }
 
+/// A segment is judged by what precedes any `;` (servlet containers read `..;x` as `..`).
 fn has_escape_segments(path: &str) -> bool {
     path.contains('\\')
         || path.contains('\0')
-        || path
-            .split('/')
-            .any(|segment| segment == "." || segment == "..")
+        || path.split('/').any(|segment| {
+            let name = segment.split(';').next().unwrap_or_default();
+            name == "." || name == ".."
+        })
 }
 
 #[cfg(test)]
@@ -71,6 +77,9 @@ mod tests {
             "/vedic/v1/..%5cadmin",
             "/vedic/v1/..\\admin",
             "/vedic/v1/%00",
+            "/vedic/v1/..;/admin",
+            "/vedic/v1/.;x/y",
+            "/vedic/v1/%2e%2e;jsessionid=1/admin",
         ] {
             assert!(!is_contained(path), "{path}");
         }
@@ -81,7 +90,8 @@ mod tests {
         assert_eq!(prefix_of("/vedic/v1/x"), Some("/vedic/v1/"));
         assert_eq!(prefix_of("/western/v1/"), Some("/western/v1/"));
         assert_eq!(prefix_of("/vedic/v2/x"), None);
-        assert_eq!(prefix_of("/vedic/v1"), None);
+        assert_eq!(prefix_of("/vedic/v1"), Some("/vedic/v1/"));
+        assert_eq!(prefix_of("/vedic/v10"), None);
         assert_eq!(prefix_of("/admin/v1/x"), None);
     }
 }
