@@ -1,7 +1,8 @@
 //! Password hashing with argon2id.
 //!
-//! Hashing is deliberately slow, so it runs on the blocking pool and never stalls the
-//! async workers. A login for an unknown email still verifies against a fixed dummy
+//! Hashing is deliberately slow (and takes ~19 MiB), so it runs on the blocking pool,
+//! never stalls the async workers, and at most two hashes per core run at once: a
+//! signup or login flood queues instead of exhausting memory. A login for an unknown email still verifies against a fixed dummy
 //! hash so the answer takes as long as for a known one.
 
 use std::sync::LazyLock;
@@ -10,6 +11,7 @@ use anyhow::Context;
 use argon2::Argon2;
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use tokio::sync::Semaphore;
 
 /// Hash compared against when the email is unknown, to keep timing uniform.
 static DUMMY_HASH: LazyLock<String> =
@@ -33,8 +35,14 @@ fn verify_blocking(password: &str, phc: &str) -> bool {
         .unwrap_or(false)
 }
 
+static SLOTS: LazyLock<Semaphore> = LazyLock::new(|| {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    Semaphore::new(cores * 2)
+});
+
 /// The argon2id PHC string of `password`.
 pub async fn hash(password: String) -> anyhow::Result<String> {
+    let _slot = SLOTS.acquire().await.context("password slots closed")?;
     tokio::task::spawn_blocking(move || hash_blocking(&password))
         .await
         .context("password hashing task failed")?
@@ -42,6 +50,7 @@ pub async fn hash(password: String) -> anyhow::Result<String> {
 
 /// Whether `password` matches `phc`; `None` verifies against a dummy and returns false.
 pub async fn verify(password: String, phc: Option<String>) -> anyhow::Result<bool> {
+    let _slot = SLOTS.acquire().await.context("password slots closed")?;
     tokio::task::spawn_blocking(move || match phc {
         Some(phc) => verify_blocking(&password, &phc),
         None => {

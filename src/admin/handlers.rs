@@ -19,6 +19,8 @@ use crate::usage::subscriptions::{ActivationError, NewSubscription, activate};
 
 const MAX_PLAN_CHARS: usize = 64;
 
+/// Unknown fields are refused: a misspelt `expires_at` must not silently become an
+/// open-ended subscription.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubscriptionRequest {
@@ -41,11 +43,19 @@ pub struct SubscriptionCreated {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+/// An id that is not a number names no account.
+fn parse_account_id(raw: &str) -> Result<i64, ApiError> {
+    raw.parse().map_err(|_| ApiError::AccountNotFound)
+}
+
 fn validate(req: SubscriptionRequest, now: DateTime<Utc>) -> Result<NewSubscription, ApiError> {
     let plan = req.plan.trim().to_owned();
-    if plan.is_empty() || plan.chars().count() > MAX_PLAN_CHARS {
+    if plan.is_empty()
+        || plan.chars().count() > MAX_PLAN_CHARS
+        || plan.chars().any(char::is_control)
+    {
         return Err(ApiError::Validation(format!(
-            "plan must have 1 to {MAX_PLAN_CHARS} characters"
+            "plan must have 1 to {MAX_PLAN_CHARS} printable characters"
         )));
     }
     if plan.eq_ignore_ascii_case(FREE_PLAN) {
@@ -84,9 +94,10 @@ fn validate(req: SubscriptionRequest, now: DateTime<Utc>) -> Result<NewSubscript
 pub async fn create_subscription(
     _admin: AdminPrincipal,
     State(state): State<AppState>,
-    PathParams(account_id): PathParams<i64>,
+    PathParams(account_id): PathParams<String>,
     JsonBody(req): JsonBody<SubscriptionRequest>,
 ) -> Result<(StatusCode, Json<SubscriptionCreated>), ApiError> {
+    let account_id = parse_account_id(&account_id)?;
     let now = Utc::now();
     let new = validate(req, now)?;
     let activated = activate(
@@ -135,10 +146,10 @@ pub async fn create_subscription(
 pub async fn account_usage(
     _admin: AdminPrincipal,
     State(state): State<AppState>,
-    PathParams(account_id): PathParams<i64>,
+    PathParams(account_id): PathParams<String>,
     QueryParams(query): QueryParams<MonthQuery>,
 ) -> Result<Json<UsageReport>, ApiError> {
-    usage_response(&state, account_id, &query).await
+    usage_response(&state, parse_account_id(&account_id)?, &query).await
 }
 
 /// Reconciles the current month's markers with PostgreSQL now.
