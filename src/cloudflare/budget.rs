@@ -39,9 +39,15 @@ impl CallBudget {
 
     /// Takes one permit at `now` if the window ending at `now` has one left.
     pub fn try_acquire(&self, now: Instant) -> bool {
+        self.try_acquire_leaving(now, 0)
+    }
+
+    /// Takes one permit at `now` only if `reserve` more would still be left afterwards,
+    /// so lower-priority calls can never spend the permits kept for others.
+    pub fn try_acquire_leaving(&self, now: Instant, reserve: u32) -> bool {
         let mut granted = self.granted.lock().unwrap_or_else(PoisonError::into_inner);
         self.forget_expired(&mut granted, now);
-        if granted.len() >= self.max_calls as usize {
+        if granted.len() + reserve as usize >= self.max_calls as usize {
             return false;
         }
         // Keep the queue ordered even if a caller hands in an earlier instant than before;
@@ -187,5 +193,18 @@ mod tests {
         let budget = CallBudget::default();
         assert_eq!(budget.max_calls(), 1_000);
         assert_eq!(budget.window(), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_reserve_keeps_permits_for_other_calls() {
+        let budget = CallBudget::new(10, WINDOW);
+        let t0 = Instant::now();
+        let low = (0..20)
+            .filter(|_| budget.try_acquire_leaving(t0, 2))
+            .count();
+        assert_eq!(low, 8);
+        assert!(budget.try_acquire(t0));
+        assert!(budget.try_acquire(t0));
+        assert!(!budget.try_acquire(t0));
     }
 }

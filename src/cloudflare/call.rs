@@ -92,7 +92,7 @@ impl Caller {
     /// Passes the local gates, then sends `request` under the call timeout. A 429 becomes
     /// `RateLimited` and starts the back-off; every other status is returned as is.
     pub(crate) async fn execute(&self, op: Op, request: RequestBuilder) -> Result<Answer, KvError> {
-        self.admit(Instant::now())?;
+        self.admit(op, Instant::now())?;
         let request = request.bearer_auth(self.api_token.expose_secret());
         let exchange = async {
             let response = request.send().await?;
@@ -125,8 +125,10 @@ impl Caller {
         Ok(Answer { status, body })
     }
 
-    /// Refuses the call locally while backing off or when the budget is spent.
-    fn admit(&self, now: Instant) -> Result<(), KvError> {
+    /// Refuses the call locally while backing off or when the budget is spent. Listing
+    /// keeps every replica's view of the markers alive, so writes and reads leave a
+    /// tenth of the budget for it.
+    fn admit(&self, op: Op, now: Instant) -> Result<(), KvError> {
         {
             let mut blocked = self
                 .blocked_until
@@ -138,7 +140,11 @@ impl Caller {
                 None => {}
             }
         }
-        if self.budget.try_acquire(now) {
+        let reserve = match op {
+            Op::List => 0,
+            _ => self.budget.max_calls() / 10,
+        };
+        if self.budget.try_acquire_leaving(now, reserve) {
             Ok(())
         } else {
             Err(KvError::BudgetExhausted)
