@@ -792,12 +792,7 @@ async fn reconciling_many_accounts_uses_the_bulk_endpoints() {
     let accountant = app.accountant.as_ref().expect("metering is on");
     let outcome = accountant.account(&events, Utc::now()).await.unwrap();
     assert_eq!(outcome.exhausted.len(), 50);
-    let attempted = eventually(WAIT, || async {
-        let calls = kv.calls();
-        let reads = calls.iter().filter(|c| c.method == "GET" && !is_list(c));
-        reads.count() == 50
-    })
-    .await;
+    let attempted = eventually(WAIT, || async { app.state.throttler.stats().fail_open > 0 }).await;
     assert!(attempted, "the throttler never tried the 50 writes");
     assert!(kv.keys().is_empty());
 
@@ -853,4 +848,45 @@ async fn reconciling_many_accounts_uses_the_bulk_endpoints() {
         ]
     );
     assert!(kv.keys().is_empty());
+}
+
+#[tokio::test]
+async fn a_burst_of_exhaustions_costs_one_listing_and_one_bulk_write() {
+    let kv = FakeKv::start().await;
+    let app = kv_app(&kv, |c| {
+        c.usage.free_monthly_calls = 1;
+        c.throttle.refresh_interval_ms = 600_000;
+    })
+    .await;
+    wait_for_lists(&kv, 1).await;
+    let accounts = insert_accounts(&app, 40).await;
+    kv.clear_calls();
+    let events: Vec<_> = accounts
+        .iter()
+        .map(|&account_id| tollgate::usage::UsageEvent {
+            transaction_id: uuid::Uuid::new_v4(),
+            account_id,
+            key_id: 0,
+            occurred_at: Utc::now(),
+            method: "GET".into(),
+            route: PATH.into(),
+            upstream_status: 200,
+        })
+        .collect();
+    let accountant = app.accountant.as_ref().expect("metering is on");
+    let outcome = accountant.account(&events, Utc::now()).await.unwrap();
+    assert_eq!(outcome.exhausted.len(), 40);
+    let written = eventually(WAIT, || async { kv.keys().len() == 40 }).await;
+    assert!(written, "markers not written");
+    let seen: Vec<(String, String)> = kv.calls().into_iter().map(|c| (c.method, c.path)).collect();
+    assert_eq!(
+        seen,
+        [
+            ("GET".into(), "/keys".into()),
+            ("PUT".into(), "/bulk".into())
+        ]
+    );
+    for &account in &accounts {
+        assert!(app.state.throttler.is_marked(account, Utc::now()));
+    }
 }

@@ -8,7 +8,6 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -34,7 +33,6 @@ pub(super) async fn run(
     now: DateTime<Utc>,
 ) -> Result<ReconcileReport, StoreError> {
     let month = Month::containing(now);
-    let listed_at = Instant::now();
     let marked: HashSet<i64> = inner
         .store
         .list()
@@ -56,7 +54,13 @@ pub(super) async fn run(
     let remove_keys: Vec<String> = to_remove.iter().map(|a| marker_key(*a, month)).collect();
     inner.store.delete_many(&remove_keys).await?;
 
-    inner.view.replace(month, exhausted.clone(), listed_at);
+    // Recorded as this replica's own changes, so a lagging listing cannot undo them.
+    for account_id in &to_write {
+        inner.view.insert(*account_id, month);
+    }
+    for account_id in &to_remove {
+        inner.view.remove(*account_id);
+    }
     inner
         .markers_written
         .fetch_add(to_write.len() as u64, Ordering::Relaxed);

@@ -1,15 +1,20 @@
 //! The local view of the current month's exhaustion markers.
 //!
 //! Admission reads only this view, never KV. It is replaced by each successful listing
-//! of the store and patched at once by this replica's own writes and deletes. A view
+//! of the store and patched at once by this replica's own writes and deletes, which
+//! also outlive listings for [`OWN_CHANGES_TTL`] (KV listings can lag writes by up to a
+//! minute, so a fresh listing must not undo what this replica just did). A view
 //! older than the staleness bound, or of another month, is treated as empty: the
 //! gateway fails open rather than throttle on old news.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use crate::month::Month;
+
+/// How long this replica's own marker writes and deletes override listings.
+pub const OWN_CHANGES_TTL: Duration = Duration::from_secs(90);
 
 #[derive(Debug)]
 struct Snapshot {
@@ -17,6 +22,8 @@ struct Snapshot {
     accounts: HashSet<i64>,
     /// When the store was last listed successfully.
     refreshed_at: Option<Instant>,
+    /// This replica's recent changes: account → (month, marked, when).
+    own: HashMap<i64, (Option<Month>, bool, Instant)>,
 }
 
 /// What the view says about one account.
@@ -42,6 +49,7 @@ impl MarkerView {
                 month: None,
                 accounts: HashSet::new(),
                 refreshed_at: None,
+                own: HashMap::new(),
             }),
             max_staleness,
         }
@@ -84,9 +92,22 @@ impl MarkerView {
         snap.month == Some(month) && snap.accounts.contains(&account_id)
     }
 
-    /// Replaces the whole view with a listing taken at `at`.
-    pub fn replace(&self, month: Month, accounts: HashSet<i64>, at: Instant) {
+    /// Replaces the whole view with a listing taken at `at`; this replica's changes of
+    /// the last [`OWN_CHANGES_TTL`] still apply on top of it.
+    pub fn replace(&self, month: Month, mut accounts: HashSet<i64>, at: Instant) {
         let mut snap = self.write();
+        snap.own
+            .retain(|_, (_, _, when)| at.saturating_duration_since(*when) < OWN_CHANGES_TTL);
+        for (account_id, (changed_month, marked, _)) in &snap.own {
+            if changed_month.is_some_and(|m| m != month) {
+                continue;
+            }
+            if *marked {
+                accounts.insert(*account_id);
+            } else {
+                accounts.remove(account_id);
+            }
+        }
         snap.month = Some(month);
         snap.accounts = accounts;
         snap.refreshed_at = Some(at);
@@ -100,11 +121,15 @@ impl MarkerView {
             snap.accounts.clear();
         }
         snap.accounts.insert(account_id);
+        snap.own
+            .insert(account_id, (Some(month), true, Instant::now()));
     }
 
     /// Forgets a marker this replica deleted.
     pub fn remove(&self, account_id: i64) {
-        self.write().accounts.remove(&account_id);
+        let mut snap = self.write();
+        snap.accounts.remove(&account_id);
+        snap.own.insert(account_id, (None, false, Instant::now()));
     }
 
     /// Number of markers held and the age of the last good listing.
@@ -175,5 +200,29 @@ mod tests {
         view.insert(3, nov().next());
         assert_eq!(view.lookup(3, nov().next(), t0), Lookup::Marked);
         assert_eq!(view.lookup(1, nov().next(), t0), Lookup::Unmarked);
+    }
+
+    #[test]
+    fn a_lagging_listing_does_not_undo_this_replicas_own_changes() {
+        let view = MarkerView::new(Duration::from_secs(300));
+        let t0 = Instant::now();
+        view.replace(nov(), HashSet::from([1]), t0);
+        view.insert(2, nov());
+        view.remove(1);
+        // A listing that has not caught up yet still shows 1 and misses 2.
+        view.replace(nov(), HashSet::from([1]), t0 + Duration::from_secs(10));
+        assert_eq!(
+            view.lookup(1, nov(), t0 + Duration::from_secs(10)),
+            Lookup::Unmarked
+        );
+        assert_eq!(
+            view.lookup(2, nov(), t0 + Duration::from_secs(10)),
+            Lookup::Marked
+        );
+        // Long after, the listing is the truth again.
+        let later = Instant::now() + OWN_CHANGES_TTL + Duration::from_secs(1);
+        view.replace(nov(), HashSet::from([1]), later);
+        assert_eq!(view.lookup(1, nov(), later), Lookup::Marked);
+        assert_eq!(view.lookup(2, nov(), later), Lookup::Unmarked);
     }
 }

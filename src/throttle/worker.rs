@@ -43,18 +43,117 @@ pub(super) async fn run(
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tick.tick() => refresh(&inner).await,
-            command = rx.recv() => match command {
-                Some(Command::Exhaust { account_id, month, now }) => exhaust(&inner, account_id, month, now).await,
-                Some(Command::Restore { account_id, month }) => restore(&inner, account_id, month).await,
-                Some(Command::Refresh) => refresh(&inner).await,
-                None => break,
-            },
+            command = rx.recv() => {
+                let Some(first) = command else { break };
+                // Take whatever else is waiting, so a burst of exhausts is one batch.
+                let mut commands = vec![first];
+                while commands.len() < MAX_COMMANDS_PER_ROUND {
+                    match rx.try_recv() {
+                        Ok(next) => commands.push(next),
+                        Err(_) => break,
+                    }
+                }
+                execute(&inner, commands).await;
+            }
         }
         let (size, age) = inner.view.stats(Instant::now());
         metrics::gauge!("tollgate_marker_view_size").set(size as f64);
         if let Some(age) = age {
             metrics::gauge!("tollgate_marker_view_age_seconds").set(age.as_secs_f64());
         }
+    }
+}
+
+/// Most commands taken from the queue in one round.
+const MAX_COMMANDS_PER_ROUND: usize = 10_000;
+/// Above this many exhausts in a round, one listing and one bulk write replace the
+/// per-key read and write, so a burst of exhaustions stays within the call budget.
+const BATCH_THRESHOLD: usize = 10;
+
+/// Runs commands in their order, exhausts that follow each other as one batch.
+async fn execute(inner: &Inner, commands: Vec<Command>) {
+    let mut exhausts: Vec<(i64, Month, chrono::DateTime<Utc>)> = Vec::new();
+    for command in commands {
+        match command {
+            Command::Exhaust {
+                account_id,
+                month,
+                now,
+            } => exhausts.push((account_id, month, now)),
+            Command::Restore { account_id, month } => {
+                exhaust_all(inner, std::mem::take(&mut exhausts)).await;
+                restore(inner, account_id, month).await;
+            }
+            Command::Refresh => {
+                exhaust_all(inner, std::mem::take(&mut exhausts)).await;
+                refresh(inner).await;
+            }
+        }
+    }
+    exhaust_all(inner, exhausts).await;
+}
+
+async fn exhaust_all(inner: &Inner, exhausts: Vec<(i64, Month, chrono::DateTime<Utc>)>) {
+    if exhausts.len() <= BATCH_THRESHOLD {
+        for (account_id, month, now) in exhausts {
+            exhaust(inner, account_id, month, now).await;
+        }
+        return;
+    }
+    let now = exhausts.iter().map(|e| e.2).max().unwrap_or_else(Utc::now);
+    let month = Month::containing(now);
+    let accounts: Vec<i64> = exhausts
+        .iter()
+        .filter(|e| e.1 == month)
+        .map(|e| e.0)
+        .collect();
+    let result = async {
+        let listed: HashSet<i64> = inner
+            .store
+            .list()
+            .await?
+            .iter()
+            .filter_map(|k| parse_marker_key(k, month))
+            .collect();
+        let missing: Vec<String> = accounts
+            .iter()
+            .filter(|a| !listed.contains(a))
+            .map(|a| marker_key(*a, month))
+            .collect();
+        inner
+            .store
+            .put_many(&missing, marker_expiration(month, now))
+            .await?;
+        Ok::<_, StoreError>(missing.len())
+    }
+    .await;
+    match result {
+        Ok(written) => {
+            for account_id in &accounts {
+                inner.view.insert(*account_id, month);
+                lock(&inner.retry_at).remove(account_id);
+            }
+            inner
+                .markers_written
+                .fetch_add(written as u64, Ordering::Relaxed);
+            metrics::counter!("tollgate_markers_written_total").increment(written as u64);
+            tracing::info!(
+                accounts = accounts.len(),
+                written,
+                "exhaustion markers written"
+            );
+        }
+        Err(e) => {
+            let retry = Instant::now() + inner.settings.refresh_interval;
+            for account_id in &accounts {
+                lock(&inner.retry_at).insert(*account_id, retry);
+            }
+            failed(inner, "exhaust", &e);
+        }
+    }
+    let mut pending = lock(&inner.pending);
+    for (account_id, _, _) in &exhausts {
+        pending.remove(account_id);
     }
 }
 
