@@ -353,7 +353,14 @@ async fn a_marker_written_by_another_replica_is_honoured_after_the_next_refresh(
     let customer = app.signup().await;
     let account = customer.account_id;
     assert_all_admitted(&calls(&app, &customer.api_key, 50, 8).await);
+    app.wait_for_ledger(account, 50).await;
 
+    // Another replica accounts the rest of the month and writes the marker.
+    sqlx::query("UPDATE usage_counter SET used = 1000 WHERE account_id = $1")
+        .bind(account)
+        .execute(&app.db.pool)
+        .await
+        .unwrap();
     kv.insert(&marker_key(account), "1", Some(current_month_bounds().1));
     let written = Instant::now();
     wait_until_seen(&app, account).await;
@@ -889,4 +896,21 @@ async fn a_burst_of_exhaustions_costs_one_listing_and_one_bulk_write() {
     for &account in &accounts {
         assert!(app.state.throttler.is_marked(account, Utc::now()));
     }
+}
+
+#[tokio::test]
+async fn a_stray_marker_on_an_account_with_allowance_is_removed_by_its_next_call() {
+    let kv = FakeKv::start().await;
+    let app = kv_app(&kv, |c| c.usage.free_monthly_calls = 1_000).await;
+    let customer = app.signup().await;
+    let account = customer.account_id;
+    // A marker PostgreSQL does not back, as a replica racing an upgrade could leave.
+    kv.insert(&marker_key(account), "1", Some(current_month_bounds().1));
+    wait_until_seen(&app, account).await;
+
+    calls(&app, &customer.api_key, 20, 4).await;
+    let healed = eventually(WAIT, || async { kv.value(&marker_key(account)).is_none() }).await;
+    assert!(healed, "the stray marker is still in KV");
+    assert!(!app.state.throttler.is_marked(account, Utc::now()));
+    assert_all_admitted(&calls(&app, &customer.api_key, 100, IN_FLIGHT).await);
 }

@@ -465,7 +465,7 @@ async fn a_duplicate_event_delivered_twice_and_concurrently_is_accounted_once() 
 }
 
 #[tokio::test]
-async fn a_used_up_past_month_is_not_reported_exhausted() {
+async fn a_used_up_past_month_gets_no_exhaustion_marker() {
     let db = TestDb::new().await;
     let pool = &db.pool;
     let (id, _) = customer_since(pool, "2026-10-01T08:00:00Z").await;

@@ -108,7 +108,13 @@ impl MarkerStore {
                 .into_iter()
                 .map(|k| k.name)
                 .collect()),
-            MarkerStore::Memory(map) => Ok(lock(map).keys().cloned().collect()),
+            MarkerStore::Memory(map) => {
+                // Expired markers go, as they would in KV.
+                let now = chrono::Utc::now().timestamp();
+                let mut map = lock(map);
+                map.retain(|_, expiration| *expiration > now);
+                Ok(map.keys().cloned().collect())
+            }
             MarkerStore::Unconfigured => Err(StoreError::Unconfigured),
         }
     }

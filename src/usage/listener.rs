@@ -153,19 +153,28 @@ impl Accountant {
             .filter(|(_, m)| *m == current)
             .map(|(a, _)| *a)
             .collect();
+        let mut restored = Vec::new();
         if !touched.is_empty() {
-            outcome.exhausted = standings(&mut tx, &touched, current, now, self.free_monthly_calls)
-                .await?
-                .into_iter()
-                .filter(|s| s.exhausted())
-                .map(|s| s.account_id)
-                .collect();
+            for standing in
+                standings(&mut tx, &touched, current, now, self.free_monthly_calls).await?
+            {
+                if standing.exhausted() {
+                    outcome.exhausted.push(standing.account_id);
+                } else if self.throttler.is_marked(standing.account_id, now) {
+                    // A marker this replica holds for an account with allowance again
+                    // (e.g. written by another replica just after an upgrade): heal it.
+                    restored.push(standing.account_id);
+                }
+            }
         }
         // Handed over while the account locks are held: an upgrade that commits after
         // us queues its restore behind this exhaust on the same worker, so this
         // replica can never leave a marker on an account that has allowance again.
         for account_id in &outcome.exhausted {
             self.throttler.exhaust(*account_id, current, now);
+        }
+        for account_id in restored {
+            self.throttler.restore(account_id, now);
         }
         tx.commit().await?;
 
