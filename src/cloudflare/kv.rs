@@ -140,7 +140,15 @@ impl KvClient {
         let outcome = async {
             let url = self.value_url(key)?;
             let answer = self.execute(Op::Delete, self.http().delete(url)).await?;
-            answer.envelope::<serde_json::Value>().map(drop)
+            match answer.envelope::<serde_json::Value>() {
+                // Already gone is what a delete wants.
+                Err(KvError::Api {
+                    status: 404,
+                    code: Some(KEY_NOT_FOUND),
+                    ..
+                }) => Ok(()),
+                other => other.map(drop),
+            }
         }
         .await;
         call::record(Op::Delete, &outcome, false);
