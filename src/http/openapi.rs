@@ -41,6 +41,18 @@ impl Modify for Security {
     }
 }
 
-pub async fn serve() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+/// The document, with the API-key header this gateway is configured to read.
+pub async fn serve(
+    axum::extract::State(state): axum::extract::State<crate::app::AppState>,
+) -> Json<utoipa::openapi::OpenApi> {
+    let mut doc = ApiDoc::openapi();
+    if let Some(components) = doc.components.as_mut() {
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new(
+                state.config.upstream.key_header.clone(),
+            ))),
+        );
+    }
+    Json(doc)
 }
