@@ -1,9 +1,10 @@
 //! Wiring: the application state, the background tasks, and serving.
 //!
-//! [`Gateway::build`] starts the throttler worker, the usage listener and the
-//! reconciliation schedule; [`Gateway::run`] serves the public and metrics listeners
-//! until shutdown, then drains in order: stop accepting and finish in-flight calls
-//! (bounded), drain the usage queue into PostgreSQL (bounded), stop the rest.
+//! [`Gateway::build`] starts the throttler worker, the usage listener, the key cache's
+//! listener and the reconciliation schedule; [`Gateway::run`] serves the public and
+//! metrics listeners until shutdown, then drains in order: stop accepting and finish
+//! in-flight calls (bounded), drain the usage queue into PostgreSQL (bounded), stop the
+//! rest.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
 use crate::config::{Config, MarkerStoreKind};
+use crate::key_cache::KeyCache;
 use crate::proxy::Upstream;
 use crate::throttle::{MarkerStore, ThrottleSettings, Throttler};
 use crate::usage::{self, Accountant, UsagePublisher};
@@ -32,6 +34,8 @@ pub struct AppState {
     pub upstream: Arc<Upstream>,
     pub usage: UsagePublisher,
     pub throttler: Throttler,
+    /// API-key lookups of this replica (disabled: every call asks PostgreSQL).
+    pub keys: KeyCache,
 }
 
 impl AppState {
@@ -100,23 +104,31 @@ impl Gateway {
     pub async fn build(config: Config, db: PgPool) -> anyhow::Result<Self> {
         install_crypto();
         crate::telemetry::prometheus();
+        crate::cloudflare::describe_metrics();
         let config = Arc::new(config);
+        // Everything fallible comes before any task is spawned.
+        let upstream = Arc::new(Upstream::from_config(&config)?);
+        let store = if config.throttle.enabled {
+            Some(marker_store(&config)?)
+        } else {
+            None
+        };
         let stop_background = CancellationToken::new();
         let stop_listener = CancellationToken::new();
         let mut background = Vec::new();
 
-        let throttler = if config.throttle.enabled {
-            let settings = ThrottleSettings {
-                admission_percent: config.throttle.admission_percent,
-                refresh_interval: Duration::from_millis(config.throttle.refresh_interval_ms),
-                max_staleness: Duration::from_millis(config.throttle.max_staleness_ms),
-            };
-            let (throttler, task) =
-                Throttler::start(settings, marker_store(&config)?, stop_background.clone());
-            background.push(task);
-            throttler
-        } else {
-            Throttler::disabled()
+        let throttler = match store {
+            Some(store) => {
+                let settings = ThrottleSettings {
+                    admission_percent: config.throttle.admission_percent,
+                    refresh_interval: Duration::from_millis(config.throttle.refresh_interval_ms),
+                    max_staleness: Duration::from_millis(config.throttle.max_staleness_ms),
+                };
+                let (throttler, task) = Throttler::start(settings, store, stop_background.clone());
+                background.push(task);
+                throttler
+            }
+            None => Throttler::disabled(),
         };
 
         let (publisher, accountant, listener_task) = if config.usage_check.enabled {
@@ -149,12 +161,20 @@ impl Gateway {
             )));
         }
 
+        let keys = if config.key_cache.enabled {
+            KeyCache::new(config.key_cache.max_entries)
+        } else {
+            KeyCache::disabled()
+        };
+        background.extend(keys.start(db.clone(), stop_background.clone()));
+
         let state = AppState {
-            upstream: Arc::new(Upstream::from_config(&config)?),
+            upstream,
             config,
             db,
             usage: publisher,
             throttler,
+            keys,
         };
         Ok(Self {
             state,

@@ -27,6 +27,7 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     pub admin: AdminConfig,
     pub account: AccountConfig,
+    pub key_cache: KeyCacheConfig,
     pub throttle: ThrottleConfig,
     pub usage_check: UsageCheckConfig,
     pub usage: UsageConfig,
@@ -125,6 +126,27 @@ impl Default for AccountConfig {
     fn default() -> Self {
         Self {
             session_ttl_seconds: 24 * 3600,
+        }
+    }
+}
+
+/// The per-replica cache of API-key lookups (`src/key_cache.rs`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeyCacheConfig {
+    /// Off = every proxied call looks its key up in PostgreSQL.
+    #[serde(deserialize_with = "lenient")]
+    pub enabled: bool,
+    /// Most keys held; a full cache starts over.
+    #[serde(deserialize_with = "lenient")]
+    pub max_entries: usize,
+}
+
+impl Default for KeyCacheConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_entries: 100_000,
         }
     }
 }
@@ -286,7 +308,10 @@ pub struct Sources {
 impl Sources {
     /// Reads `TOLLGATE_CONFIG_DIR`, `TOLLGATE_PROFILE` and the environment of this process.
     pub fn from_process(file: Option<PathBuf>) -> Self {
-        let env: Vec<(String, String)> = std::env::vars().collect();
+        // Variables that are not UTF-8 cannot be ours; skip them rather than panic.
+        let env: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
         let dir = lookup(&env, "TOLLGATE_CONFIG_DIR").unwrap_or_else(|| "config".into());
         let profile = lookup(&env, "TOLLGATE_PROFILE").filter(|p| !p.is_empty());
         Self {
@@ -352,6 +377,15 @@ impl Config {
             .extract()
             .map_err(|e| ConfigError(one_line(&e.to_string())))?;
         config.profile = sources.profile.clone();
+        // An empty token (e.g. `TOLLGATE__ADMIN__TOKEN=`) means no admin API.
+        if config
+            .admin
+            .token
+            .as_ref()
+            .is_some_and(|t| t.expose_secret().trim().is_empty())
+        {
+            config.admin.token = None;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -391,14 +425,6 @@ impl Config {
         if self.throttle.refresh_interval_ms == 0 || self.throttle.reconcile_interval_ms == 0 {
             return fail("throttle intervals must be positive".into());
         }
-        if self
-            .admin
-            .token
-            .as_ref()
-            .is_some_and(|t| t.expose_secret().is_empty())
-        {
-            return fail("admin.token must not be empty when set".into());
-        }
         Ok(())
     }
 
@@ -436,9 +462,11 @@ where
     }
     match Given::<T>::deserialize(deserializer)? {
         Given::Typed(value) => Ok(value),
+        // `True`/`FALSE` read like `true`/`false`.
         Given::Text(text) => text
             .trim()
             .parse()
+            .or_else(|_| text.trim().to_ascii_lowercase().parse())
             .map_err(|e| serde::de::Error::custom(format!("`{text}`: {e}"))),
     }
 }

@@ -119,7 +119,7 @@ async fn invalid_signups_are_refused_with_validation_failed() {
         json!({"email": "a@example.com", "password": "short"}),
         json!({"email": "a@example.com"}),
         json!({"email": 42, "password": "long enough"}),
-        json!({"email": "a@example.com", "password": "long enough", "admin": true}),
+        json!({"email": "a\0b@example.com", "password": "long enough"}),
         json!("a@example.com"),
     ] {
         let (status, code) = error_code(app.post_json("/account/v1/signup", &body).await).await;
@@ -182,7 +182,11 @@ async fn malformed_bodies_get_json_errors_never_a_500() {
         assert_eq!(error_code(res).await, (status, code.to_owned()));
     }
     let res = app.client.get(&url).send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED);
+    // A known path with another method is not a route of the API.
+    assert_eq!(
+        error_code(res).await,
+        (StatusCode::NOT_FOUND, "NOT_FOUND".into())
+    );
 }
 
 #[tokio::test]
@@ -206,6 +210,7 @@ async fn login_gives_an_expiring_session_and_refuses_wrong_credentials() {
     for body in [
         json!({"email": customer.email, "password": "wrong password"}),
         json!({"email": "nobody@example.com", "password": customer.password}),
+        json!({"email": "nul\0@example.com", "password": customer.password}),
     ] {
         let (status, code) = error_code(app.post_json("/account/v1/login", &body).await).await;
         assert_eq!(
@@ -471,4 +476,136 @@ async fn metrics_are_served_on_their_own_listener_only() {
         text.contains("tollgate_upstream_duration_seconds"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn usage_takes_a_session_or_a_key_and_refuses_bad_ones_as_unauthorized() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let token = app.login(&customer).await;
+    let by_session = app
+        .client
+        .get(app.url("/account/v1/usage"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_session.status(), 200);
+    let by_key = app
+        .client
+        .get(app.url("/account/v1/usage"))
+        .header("X-API-KEY", &customer.api_key)
+        .header("authorization", "Basic dXNlcjpwYXNz")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        by_key.status(),
+        200,
+        "a non-bearer Authorization does not hide the key"
+    );
+    for bad in ["tgk_0000000000000000000000000000000000000000", "junk"] {
+        let res = app
+            .client
+            .get(app.url("/account/v1/usage"))
+            .header("x-api-key", bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            error_code(res).await,
+            (StatusCode::UNAUTHORIZED, "UNAUTHORIZED".into())
+        );
+    }
+    let res = app
+        .client
+        .get(app.url("/account/v1/usage?month="))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        error_code(res).await,
+        (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED".into())
+    );
+}
+
+#[tokio::test]
+async fn ids_that_are_not_numbers_name_nothing() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let token = app.login(&customer).await;
+    let res = app.admin_get("/admin/v1/accounts/abc/usage").await;
+    assert_eq!(
+        error_code(res).await,
+        (StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND".into())
+    );
+    let res = app
+        .admin_post(
+            "/admin/v1/accounts/99999999999999999999/subscriptions",
+            &json!({"plan": "pro", "monthly_allowance": 1}),
+        )
+        .await;
+    assert_eq!(
+        error_code(res).await,
+        (StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND".into())
+    );
+    let res = app
+        .client
+        .delete(app.url("/account/v1/keys/abc"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        error_code(res).await,
+        (StatusCode::NOT_FOUND, "KEY_NOT_FOUND".into())
+    );
+}
+
+#[tokio::test]
+async fn text_the_database_cannot_store_is_a_validation_error_not_a_500() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let res = app
+        .admin_post(
+            &format!("/admin/v1/accounts/{}/subscriptions", customer.account_id),
+            &json!({"plan": "p\0", "monthly_allowance": 10}),
+        )
+        .await;
+    assert_eq!(
+        error_code(res).await,
+        (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED".into())
+    );
+}
+
+#[tokio::test]
+async fn an_empty_admin_token_means_no_admin_api() {
+    let app = spawn_app_with(|c| c.admin.token = None).await;
+    for (method, path) in [
+        ("GET", "/admin/v1/reconcile"),
+        ("POST", "/admin/v1/reconcile"),
+        ("GET", "/admin/v1/accounts/1/usage"),
+    ] {
+        let res = app
+            .client
+            .request(method.parse().unwrap(), app.url(path))
+            .bearer_auth("")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            error_code(res).await,
+            (StatusCode::NOT_FOUND, "NOT_FOUND".into()),
+            "{method} {path}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = tollgate::config::Config::load(&tollgate::config::Sources {
+        dir: dir.path().to_owned(),
+        env: vec![("TOLLGATE__ADMIN__TOKEN".into(), "".into())],
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(config.admin.token.is_none());
 }

@@ -1,8 +1,8 @@
 //! Who is calling: API-key, session and admin principals.
 //!
 //! Each principal is a `FromRequestParts` extractor. API keys are looked up by their
-//! SHA-256 with one indexed query; refusals are logged with their reason, never with
-//! the key itself.
+//! SHA-256 in this replica's [`KeyCache`], else with one indexed query whose valid
+//! answer is then cached; refusals are logged with their reason, never with the key.
 
 use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
@@ -15,6 +15,7 @@ use sqlx::PgPool;
 use super::token::{self, API_KEY_PREFIX, SESSION_PREFIX, TokenHash};
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::key_cache::{CachedKey, KeyCache};
 
 /// A caller authenticated by an API key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +44,7 @@ pub struct AdminPrincipal;
 /// `INVALID_API_KEY`; an unreachable database is `SERVICE_UNAVAILABLE`.
 pub async fn authenticate_key(
     db: &PgPool,
+    keys: &KeyCache,
     headers: &HeaderMap,
     key_header: &str,
 ) -> Result<ApiKeyPrincipal, ApiError> {
@@ -60,6 +62,13 @@ pub async fn authenticate_key(
         return Err(ApiError::InvalidApiKey);
     }
     let hash = TokenHash::of(candidate);
+    if let Some(hit) = keys.get(&hash.0) {
+        return Ok(ApiKeyPrincipal {
+            account_id: hit.account_id,
+            key_id: hit.key_id,
+        });
+    }
+    let ticket = keys.ticket();
     let row: Option<(i64, i64, bool)> = sqlx::query_as(
         "SELECT id, account_id, revoked_at IS NOT NULL FROM api_key WHERE key_hash = $1",
     )
@@ -67,7 +76,10 @@ pub async fn authenticate_key(
     .fetch_optional(db)
     .await?;
     match row {
-        Some((key_id, account_id, false)) => Ok(ApiKeyPrincipal { account_id, key_id }),
+        Some((key_id, account_id, false)) => {
+            keys.insert(ticket, hash.0, CachedKey { key_id, account_id });
+            Ok(ApiKeyPrincipal { account_id, key_id })
+        }
         Some((key_id, account_id, true)) => {
             tracing::info!(key_id, account_id, "api key refused: revoked");
             Err(ApiError::InvalidApiKey)
@@ -110,7 +122,13 @@ impl FromRequestParts<AppState> for ApiKeyPrincipal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        authenticate_key(&state.db, &parts.headers, &state.config.upstream.key_header).await
+        authenticate_key(
+            &state.db,
+            &state.keys,
+            &parts.headers,
+            &state.config.upstream.key_header,
+        )
+        .await
     }
 }
 
@@ -125,26 +143,26 @@ impl FromRequestParts<AppState> for SessionPrincipal {
 impl FromRequestParts<AppState> for AccountPrincipal {
     type Rejection = ApiError;
 
-    /// A bearer session wins when present; otherwise the API key header is tried.
+    /// A bearer session wins when one is sent; otherwise the API key header is tried.
+    /// Like every account route, a bad or missing credential is `UNAUTHORIZED`.
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        if parts.headers.contains_key(AUTHORIZATION) {
+        if bearer(&parts.headers).is_some() {
             let session = authenticate_session(&state.db, &parts.headers).await?;
             return Ok(AccountPrincipal {
                 account_id: session.account_id,
             });
         }
-        if parts
-            .headers
-            .contains_key(state.config.upstream.key_header.as_str())
-        {
-            let key =
-                authenticate_key(&state.db, &parts.headers, &state.config.upstream.key_header)
-                    .await?;
-            return Ok(AccountPrincipal {
-                account_id: key.account_id,
-            });
+        let key_header = state.config.upstream.key_header.as_str();
+        if !parts.headers.contains_key(key_header) {
+            return Err(ApiError::Unauthorized);
         }
-        Err(ApiError::Unauthorized)
+        match authenticate_key(&state.db, &state.keys, &parts.headers, key_header).await {
+            Ok(key) => Ok(AccountPrincipal {
+                account_id: key.account_id,
+            }),
+            Err(ApiError::InvalidApiKey) => Err(ApiError::Unauthorized),
+            Err(other) => Err(other),
+        }
     }
 }
 

@@ -20,7 +20,6 @@ const MAX_PASSWORD_CHARS: usize = 1024;
 const MAX_EMAIL_CHARS: usize = 254;
 
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct SignupRequest {
     pub email: String,
     pub password: String,
@@ -69,7 +68,7 @@ pub struct MonthQuery {
 /// Parses `?month=`; the current month when absent.
 pub fn month_or_current(query: &MonthQuery, now: DateTime<Utc>) -> Result<Month, ApiError> {
     match query.month.as_deref() {
-        None | Some("") => Ok(Month::containing(now)),
+        None => Ok(Month::containing(now)),
         Some(text) => text
             .parse()
             .map_err(|_| ApiError::Validation("month must be YYYY-MM".into())),
@@ -193,7 +192,11 @@ pub async fn login(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<LoginRequest>,
 ) -> Result<Json<LoginResponse>, ApiError> {
-    if req.password.chars().count() > MAX_PASSWORD_CHARS {
+    // No stored account can match these; answer without asking the database.
+    if req.password.chars().count() > MAX_PASSWORD_CHARS
+        || req.email.chars().count() > MAX_EMAIL_CHARS
+        || req.email.contains('\0')
+    {
         return Err(ApiError::InvalidCredentials);
     }
     let email = req.email.trim().to_lowercase();
@@ -289,8 +292,9 @@ pub async fn list_keys(
 pub async fn revoke_key(
     State(state): State<AppState>,
     session: SessionPrincipal,
-    PathParams(key_id): PathParams<i64>,
+    PathParams(key_id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
+    let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
     let found: Option<i64> = sqlx::query_scalar(
         "UPDATE api_key SET revoked_at = coalesce(revoked_at, now())
          WHERE id = $1 AND account_id = $2 RETURNING id",
@@ -301,6 +305,8 @@ pub async fn revoke_key(
     .await?;
     match found {
         Some(_) => {
+            // Other replicas hear the revocation through NOTIFY; this one forgets at once.
+            state.keys.flush();
             tracing::info!(account_id = session.account_id, key_id, "api key revoked");
             Ok(StatusCode::NO_CONTENT)
         }

@@ -84,8 +84,13 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
         return Err(ApiError::NotFound);
     }
     let upstream = &state.upstream;
-    let principal =
-        authenticate_key(&state.db, request.headers(), upstream.key_header.as_str()).await?;
+    let principal = authenticate_key(
+        &state.db,
+        &state.keys,
+        request.headers(),
+        upstream.key_header.as_str(),
+    )
+    .await?;
     let span = tracing::Span::current();
     span.record("account_id", principal.account_id);
 
@@ -143,7 +148,8 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
             );
             return Err(ApiError::UpstreamTimeout);
         }
-        Ok(Err(e)) if e.is_timeout() => {
+        // A connect timeout is a connect error (502), not a slow answer.
+        Ok(Err(e)) if e.is_timeout() && !e.is_connect() => {
             metrics::counter!("tollgate_upstream_errors_total", "kind" => "timeout").increment(1);
             return Err(ApiError::UpstreamTimeout);
         }
