@@ -4,12 +4,14 @@
 //! is the admission hash's input and the ledger's transaction id, and is returned as
 //! `X-Request-Id` on every response.
 
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::HeaderValue;
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
+use metrics::SharedString;
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -32,14 +34,51 @@ impl RequestId {
     }
 }
 
-fn route_label(request: &Request) -> String {
+// Labels are `'static` where they can be: the metrics registry then neither allocates
+// nor copies them on every request.
+
+fn route_label(request: &Request) -> SharedString {
     if let Some(matched) = request.extensions().get::<MatchedPath>() {
-        return matched.as_str().to_owned();
+        return SharedString::from(matched.as_str().to_owned());
     }
-    match crate::proxy::path::prefix_of(request.uri().path()) {
-        Some(prefix) => format!("{prefix}*"),
-        None => "unmatched".to_owned(),
+    let path = request.uri().path();
+    match PROXY_ROUTES
+        .iter()
+        .find(|(prefix, _)| path.starts_with(prefix))
+    {
+        Some((_, label)) => SharedString::const_str(label),
+        None => SharedString::const_str("unmatched"),
     }
+}
+
+/// Each proxied prefix and its route label.
+const PROXY_ROUTES: [(&str, &str); 2] = [
+    ("/vedic/v1/", "/vedic/v1/*"),
+    ("/western/v1/", "/western/v1/*"),
+];
+
+fn method_label(method: &Method) -> SharedString {
+    let known = [
+        Method::GET,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::PATCH,
+        Method::HEAD,
+        Method::OPTIONS,
+    ];
+    const NAMES: [&str; 7] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"];
+    match known.iter().position(|m| m == method) {
+        Some(i) => SharedString::const_str(NAMES[i]),
+        // Methods a client invents share one label, so series stay few.
+        None => SharedString::const_str("OTHER"),
+    }
+}
+
+fn status_label(status: StatusCode) -> SharedString {
+    static LABELS: OnceLock<Vec<String>> = OnceLock::new();
+    let labels = LABELS.get_or_init(|| (100..1000).map(|c: u16| c.to_string()).collect());
+    SharedString::const_str(&labels[usize::from(status.as_u16()) - 100])
 }
 
 pub async fn observe(mut request: Request, next: Next) -> Response {
@@ -70,12 +109,9 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
             "request finished"
         );
     });
-    let labels = [
-        ("route", route.clone()),
-        ("method", method.to_string()),
-        ("status", status.as_u16().to_string()),
-    ];
-    metrics::counter!("tollgate_http_requests_total", &labels).increment(1);
+    metrics::counter!("tollgate_http_requests_total",
+        "route" => route.clone(), "method" => method_label(&method), "status" => status_label(status))
+    .increment(1);
     metrics::histogram!("tollgate_http_request_duration_seconds", "route" => route)
         .record(elapsed.as_secs_f64());
     response
