@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# The gateway benchmark, in one run: a direct upstream, nginx as a plain reverse proxy,
+# tollgate in local unlimited mode and tollgate in full mode (metering, throttling
+# against a local Cloudflare KV server, 10,000 seeded accounts, a few exhausted), all
+# driven by the same load generator (examples/loadgen.rs): closed loop at fixed
+# concurrency, then a fixed rate of half nginx's closed-loop maximum. Prints one table
+# and writes the figures as JSON under bench/results/. Installs nginx when missing,
+# cleans up every process it started.
+#
+#   bench/run.sh                       10 s per phase
+#   BENCH_DURATION=1 BENCH_WARMUP=0.5 BENCH_RESULTS=/tmp bench/run.sh   smoke run
+#
+# Environment: BENCH_DURATION (seconds measured per phase and target, default 10),
+# BENCH_WARMUP (seconds before measuring, default 2), BENCH_CONCURRENCY (connections,
+# default 64), BENCH_ACCOUNTS (default 10000), BENCH_EXHAUSTED (default 10),
+# BENCH_PORT_BASE (default 19100: ports BASE..BASE+4 and BASE+12, BASE+13),
+# BENCH_RESULTS (folder of the JSON, default bench/results), BENCH_KEEP=1 keeps the
+# run folder (logs, raw figures) after success, BENCH_DB_PARAMS (query string of the
+# gateways' database.url, default sslmode=disable: PostgreSQL is on loopback, where TLS
+# only costs CPU; set it empty to measure sqlx's default, TLS when the server offers it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${BENCH_DURATION:-10}
+WARMUP=${BENCH_WARMUP:-2}
+CONCURRENCY=${BENCH_CONCURRENCY:-64}
+ACCOUNTS=${BENCH_ACCOUNTS:-10000}
+EXHAUSTED=${BENCH_EXHAUSTED:-10}
+BASE=${BENCH_PORT_BASE:-19100}
+RESULTS=${BENCH_RESULTS:-bench/results}
+DB_PARAMS=${BENCH_DB_PARAMS-sslmode=disable}
+DB_QUERY=${DB_PARAMS:+?$DB_PARAMS}
+FREE_CALLS=3000
+STARTED_AT=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+
+UPSTREAM_PORT=$BASE
+NGINX_PORT=$((BASE + 1))
+LOCAL_PORT=$((BASE + 2))
+FULL_PORT=$((BASE + 3))
+KV_PORT=$((BASE + 4))
+LOCAL_METRICS=$((BASE + 12))
+FULL_METRICS=$((BASE + 13))
+ADMIN_TOKEN=bench-admin-token
+
+say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() {
+    say "error: $*"
+    exit 1
+}
+
+# --- tools --------------------------------------------------------------------------
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+    [ "$(id -u)" = 0 ] || die "nginx is missing; install Debian's nginx package (needs root)"
+    say "installing nginx from Debian"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+command -v curl >/dev/null 2>&1 || die "curl is missing"
+
+# shellcheck source=scripts/ensure-postgres.sh
+source scripts/ensure-postgres.sh
+PGPORT=${PGPORT:-5432}
+psql_admin() { psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
+DB_LOCAL=tollgate_bench_local
+DB_FULL=tollgate_bench_full
+psql_full() { psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -d "$DB_FULL" -v ON_ERROR_STOP=1 "$@"; }
+
+say "building release binaries"
+cargo build --release --locked --quiet --bin tollgate --examples
+BIN=target/release
+EX=target/release/examples
+
+# --- processes ----------------------------------------------------------------------
+RUN=$(mktemp -d /tmp/tollgate-bench.XXXXXX)
+PIDS=()
+cleanup() {
+    local status=$?
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for _ in $(seq 1 100); do
+        local alive=0
+        for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ "$alive" = 0 ] && break
+        sleep 0.1
+    done
+    for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    if [ "$status" = 0 ] && [ "${BENCH_KEEP:-0}" != 1 ]; then
+        rm -rf "$RUN"
+    else
+        say "run folder (logs, raw figures): $RUN"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Waits (bounded) until `curl URL` succeeds; fails when the process died first.
+wait_http() {
+    local url=$1 pid=$2 log=$3
+    for _ in $(seq 1 150); do
+        curl -fsS -o /dev/null "$url" 2>/dev/null && return 0
+        kill -0 "$pid" 2>/dev/null || { tail -n 20 "$log" >&2; die "process behind $url exited (log: $log)"; }
+        sleep 0.2
+    done
+    tail -n 20 "$log" >&2
+    die "$url did not answer within 30 s"
+}
+
+for port in $UPSTREAM_PORT $NGINX_PORT $LOCAL_PORT $FULL_PORT $KV_PORT $LOCAL_METRICS $FULL_METRICS; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        die "127.0.0.1:$port is already taken; set BENCH_PORT_BASE"
+    fi
+done
+
+say "starting the demo upstream on 127.0.0.1:$UPSTREAM_PORT"
+"$EX/demo_upstream" "127.0.0.1:$UPSTREAM_PORT" >"$RUN/upstream.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$UPSTREAM_PORT/vedic/v1/ping" $! "$RUN/upstream.log"
+
+say "starting nginx on 127.0.0.1:$NGINX_PORT"
+mkdir -p "$RUN/nginx/logs"
+cat >"$RUN/nginx/nginx.conf" <<CONF
+worker_processes 2;
+pid $RUN/nginx/nginx.pid;
+error_log $RUN/nginx/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $RUN/nginx/body;
+    proxy_temp_path $RUN/nginx/proxy;
+    fastcgi_temp_path $RUN/nginx/fastcgi;
+    uwsgi_temp_path $RUN/nginx/uwsgi;
+    scgi_temp_path $RUN/nginx/scgi;
+    keepalive_requests 1000000;
+    keepalive_timeout 75s;
+    upstream api {
+        server 127.0.0.1:$UPSTREAM_PORT;
+        keepalive 128;
+        keepalive_requests 1000000;
+    }
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        location / {
+            proxy_pass http://api;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering on;
+        }
+    }
+}
+CONF
+"$NGINX" -p "$RUN/nginx" -c "$RUN/nginx/nginx.conf" -g 'daemon off;' >"$RUN/nginx/logs/stdout.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$NGINX_PORT/vedic/v1/ping" $! "$RUN/nginx/logs/error.log"
+
+say "starting the fake Cloudflare KV on 127.0.0.1:$KV_PORT"
+"$EX/fake_kv" "127.0.0.1:$KV_PORT" >"$RUN/kv.out" 2>"$RUN/kv.log" &
+PIDS+=($!)
+KV_PID=$!
+for _ in $(seq 1 100); do
+    [ -s "$RUN/kv.out" ] && break
+    kill -0 "$KV_PID" 2>/dev/null || die "the fake KV exited (log: $RUN/kv.log)"
+    sleep 0.1
+done
+KV_API_BASE=$(head -n1 "$RUN/kv.out")
+[ -n "$KV_API_BASE" ] || die "the fake KV printed no api_base"
+
+say "creating a fresh database $DB_FULL (and $DB_LOCAL, a copy once seeded)"
+for db in $DB_LOCAL $DB_FULL; do
+    psql_admin -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
+done
+export TOLLGATE__UPSTREAM__BASE_URL="http://127.0.0.1:$UPSTREAM_PORT"
+export TOLLGATE__UPSTREAM__SHARED_SECRET=bench-shared-secret
+export TOLLGATE__ADMIN__TOKEN=$ADMIN_TOKEN
+TOLLGATE__DATABASE__URL="postgres://postgres@127.0.0.1:$PGPORT/$DB_FULL$DB_QUERY" "$BIN/tollgate" migrate >"$RUN/migrate-full.log"
+
+say "seeding $ACCOUNTS accounts with keys ($EXHAUSTED exhausted this month) into $DB_FULL"
+KEYS=$RUN/keys.txt
+# One month-start expression for every row, as tollgate computes it (UTC).
+MONTH="date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+psql_full <<SQL
+BEGIN;
+CREATE TEMP TABLE bench_key ON COMMIT DROP AS
+SELECT n, 'tgk_' || substr(md5(random()::text || n) || md5(n || random()::text), 1, 40) AS key
+FROM generate_series(1, $ACCOUNTS) AS n;
+INSERT INTO account (email, password_hash)
+SELECT 'bench-' || n || '@example.com', 'bench-account-no-login' FROM bench_key ORDER BY n;
+INSERT INTO api_key (account_id, key_hash, prefix)
+SELECT a.id, sha256(convert_to(k.key, 'UTF8')), substr(k.key, 1, 12)
+FROM bench_key k JOIN account a ON a.email = 'bench-' || k.n || '@example.com';
+-- Every account's free subscription and this month's free grant, as signup writes them.
+INSERT INTO subscription (account_id, plan, starts_at, monthly_allowance)
+SELECT id, 'free', $MONTH, $FREE_CALLS FROM account;
+INSERT INTO monthly_usage (account_id, subscription_id, month_start, allowance, is_free)
+SELECT account_id, id, $MONTH, $FREE_CALLS, true FROM subscription;
+-- The first accounts used their whole month: ledger rows and counters agree.
+INSERT INTO subscription_tracking (transaction_id, account_id, subscription_id, key_id,
+                                   occurred_at, method, route, upstream_status)
+SELECT gen_random_uuid(), s.account_id, s.id, k.id, $MONTH + interval '1 second', 'GET',
+       '/vedic/v1/seed', 200
+FROM subscription s JOIN api_key k ON k.account_id = s.account_id,
+     generate_series(1, $FREE_CALLS)
+WHERE s.account_id <= $EXHAUSTED;
+INSERT INTO usage_counter (account_id, month_start, used)
+SELECT id, $MONTH, $FREE_CALLS FROM account WHERE id <= $EXHAUSTED;
+\copy (SELECT key FROM bench_key ORDER BY n) TO '$KEYS'
+COMMIT;
+ANALYZE;
+SQL
+[ "$(wc -l <"$KEYS")" = "$ACCOUNTS" ] || die "expected $ACCOUNTS keys in $KEYS"
+LEDGER_BASE=$(psql_full -At -c "SELECT count(*) FROM subscription_tracking")
+
+start_gateway() {
+    local name=$1 port=$2 metrics=$3 db=$4
+    shift 4
+    env "$@" \
+        TOLLGATE__SERVER__LISTEN="127.0.0.1:$port" \
+        TOLLGATE__SERVER__METRICS_LISTEN="127.0.0.1:$metrics" \
+        TOLLGATE__DATABASE__URL="postgres://postgres@127.0.0.1:$PGPORT/$db$DB_QUERY" \
+        "$BIN/tollgate" serve >"$RUN/gateway-$name.log" 2>&1 &
+    PIDS+=($!)
+    wait_http "http://127.0.0.1:$port/readyz" $! "$RUN/gateway-$name.log"
+}
+
+say "starting tollgate local mode on 127.0.0.1:$LOCAL_PORT"
+# Local mode authenticates keys too: give it the same accounts and keys.
+psql_admin -c "DROP DATABASE IF EXISTS $DB_LOCAL WITH (FORCE)" \
+    -c "CREATE DATABASE $DB_LOCAL TEMPLATE $DB_FULL"
+start_gateway local "$LOCAL_PORT" "$LOCAL_METRICS" "$DB_LOCAL" TOLLGATE_PROFILE=local
+
+say "starting tollgate full mode on 127.0.0.1:$FULL_PORT (KV at $KV_API_BASE)"
+start_gateway full "$FULL_PORT" "$FULL_METRICS" "$DB_FULL" \
+    TOLLGATE__THROTTLE__STORE=cloudflare \
+    TOLLGATE__CLOUDFLARE__API_BASE="$KV_API_BASE" \
+    TOLLGATE__CLOUDFLARE__ACCOUNT_ID=test-account \
+    TOLLGATE__CLOUDFLARE__NAMESPACE_ID=test-namespace \
+    TOLLGATE__CLOUDFLARE__API_TOKEN=test-token
+RECONCILED=$(curl -fsS -X POST -H "Authorization: Bearer $ADMIN_TOKEN" \
+    "http://127.0.0.1:$FULL_PORT/admin/v1/reconcile")
+say "reconciliation: $RECONCILED"
+
+# A key must work through both gateways before any figure counts.
+ONE_KEY=$(sed -n "$((EXHAUSTED + 1))p" "$KEYS")
+for port in $LOCAL_PORT $FULL_PORT; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H "x-api-key: $ONE_KEY" \
+        "http://127.0.0.1:$port/vedic/v1/horoscope/daily?sign=leo")
+    [ "$code" = 200 ] || die "a seeded key got $code from 127.0.0.1:$port"
+done
+# The probe call above was metered too: the ledger check counts it.
+PROBES=1
+
+# --- load ---------------------------------------------------------------------------
+metric_sum() {
+    curl -fsS "http://127.0.0.1:$FULL_METRICS/metrics" |
+        awk -v name="$1" '$1 == name || index($1, name "{") == 1 { s += $2 } END { printf "%d\n", s }'
+}
+
+# After a full-mode phase: scrape the counters, then time how long the ledger takes to
+# hold every published event (bounded by 120 s). Ledger rows are counted above the seed.
+account_phase() {
+    local phase=$1 start published ledger lag now deadline
+    start=$(date +%s.%N)
+    deadline=$((SECONDS + 120))
+    published=$(metric_sum tollgate_usage_events_published_total)
+    while :; do
+        ledger=$(($(psql_full -At -c "SELECT count(*) FROM subscription_tracking") - LEDGER_BASE))
+        [ "$ledger" -ge "$published" ] && break
+        [ "$SECONDS" -ge "$deadline" ] && { say "the ledger did not catch up within 120 s"; break; }
+        sleep 0.02
+    done
+    now=$(date +%s.%N)
+    lag=$(awk -v a="$start" -v b="$now" 'BEGIN { printf "%.3f", b - a }')
+    cat >"$RUN/accounting-$phase.json" <<JSON
+{"published": $published, "accounted": $(metric_sum tollgate_usage_events_accounted_total),
+ "dropped": $(metric_sum tollgate_usage_events_dropped_total),
+ "ledger_rows": $ledger, "probe_calls": $PROBES, "lag_s": $lag}
+JSON
+    say "full mode after $phase: published $published, ledger $ledger, lag ${lag}s"
+}
+
+drive() {
+    local phase=$1 target=$2 port=$3
+    shift 3
+    say "$phase: $target"
+    "$EX/loadgen" --url "http://127.0.0.1:$port" --keys "$KEYS" \
+        --concurrency "$CONCURRENCY" --duration "$DURATION" --warmup "$WARMUP" \
+        --label "$target" "$@" >"$RUN/$phase-$target.json"
+}
+
+for target in upstream:$UPSTREAM_PORT nginx:$NGINX_PORT local:$LOCAL_PORT full:$FULL_PORT; do
+    drive closed "${target%%:*}" "${target##*:}"
+done
+account_phase closed
+
+NGINX_RPS=$(grep -o '"rps":[0-9.e+-]*' "$RUN/closed-nginx.json" | head -n1 | cut -d: -f2)
+RATE=$(awk -v r="$NGINX_RPS" 'BEGIN { printf "%d", r / 2 }')
+[ "$RATE" -gt 0 ] || die "nginx measured no throughput"
+for target in upstream:$UPSTREAM_PORT nginx:$NGINX_PORT local:$LOCAL_PORT full:$FULL_PORT; do
+    drive rate "${target%%:*}" "${target##*:}" --rate "$RATE"
+done
+account_phase rate
+
+# --- report -------------------------------------------------------------------------
+CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+cat >"$RUN/machine.json" <<JSON
+{"nproc": $(nproc), "cpu": "$CPU",
+ "memory_kib": $(awk '/MemTotal/ {print $2}' /proc/meminfo),
+ "kernel": "$(uname -r)", "nginx": "$("$NGINX" -v 2>&1 | cut -d/ -f2)",
+ "rustc": "$(rustc --version | cut -d' ' -f2)",
+ "commit": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)",
+ "started_at": "$STARTED_AT",
+ "duration_s": $DURATION, "warmup_s": $WARMUP, "concurrency": $CONCURRENCY,
+ "accounts": $ACCOUNTS, "exhausted_accounts": $EXHAUSTED, "fixed_rate": $RATE,
+ "database_url_params": "$DB_PARAMS",
+ "reconcile": $RECONCILED}
+JSON
+mkdir -p "$RESULTS"
+OUT=$RESULTS/$(date -u +%Y%m%dT%H%M%SZ).json
+"$EX/bench_report" --run-dir "$RUN" --out "$OUT"

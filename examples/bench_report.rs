@@ -1,0 +1,201 @@
+//! Turns one benchmark run's raw files into the table and the results JSON.
+//!
+//! `bench/run.sh` leaves in its run folder one `loadgen` output per phase and target
+//! (`closed-upstream.json`, ..., `rate-full.json`), one `accounting-<phase>.json` per
+//! full-mode phase (metrics scraped after the load stopped, ledger rows, lag) and
+//! `machine.json`. This prints the table and writes the combined JSON to `--out`.
+//!
+//! `cargo run --release --example bench_report -- --run-dir DIR --out FILE`
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde_json::{Value, json};
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long)]
+    run_dir: PathBuf,
+    #[arg(long)]
+    out: PathBuf,
+}
+
+const TARGETS: [(&str, &str); 4] = [
+    ("upstream", "upstream (direct)"),
+    ("nginx", "nginx"),
+    ("local", "tollgate local"),
+    ("full", "tollgate full"),
+];
+const PHASES: [&str; 2] = ["closed", "rate"];
+/// Statuses the gateway answers itself; every other one came from the upstream.
+const LOCAL_STATUSES: [&str; 5] = ["401", "429", "502", "503", "504"];
+
+fn read(dir: &Path, name: &str) -> anyhow::Result<Value> {
+    let path = dir.join(name);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn num(v: &Value, pointer: &str) -> f64 {
+    v.pointer(pointer)
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN)
+}
+
+/// Answers of one loadgen run that came from the upstream, warmup and drain included.
+fn upstream_answers(run: &Value) -> u64 {
+    run.get("total_by_status")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter(|(s, _)| !LOCAL_STATUSES.contains(&s.as_str()))
+                .filter_map(|(_, n)| n.as_u64())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let dir = &args.run_dir;
+    let machine = read(dir, "machine.json")?;
+    let mut phases = serde_json::Map::new();
+    let mut accounting = serde_json::Map::new();
+    let mut responses_so_far = 0u64;
+
+    println!();
+    println!(
+        "tollgate benchmark: {} cores, {}, {} s per phase after {} s warmup, {} connections",
+        machine["nproc"],
+        machine["cpu"].as_str().unwrap_or("?"),
+        machine["duration_s"],
+        machine["warmup_s"],
+        machine["concurrency"]
+    );
+    for phase in PHASES {
+        let runs: Vec<Value> = TARGETS
+            .iter()
+            .map(|(t, _)| read(dir, &format!("{phase}-{t}.json")))
+            .collect::<anyhow::Result<_>>()?;
+        let (up, ngx) = (&runs[0], &runs[1]);
+        println!();
+        match phase {
+            "closed" => println!("closed loop: as fast as each connection is answered"),
+            _ => println!(
+                "fixed rate: {:.0} req/s offered (half of nginx's closed-loop max), latency from the intended send time",
+                num(up, "/target_rate")
+            ),
+        }
+        println!(
+            "{:<18} {:>9} {:>6} {:>6} | {:>8} {:>6} {:>6} | {:>8} {:>6} {:>6} | {:>8} {:>6} {:>6} | {:>6}",
+            "target",
+            "req/s",
+            "×up",
+            "×ngx",
+            "p50 ms",
+            "×up",
+            "×ngx",
+            "p99 ms",
+            "×up",
+            "×ngx",
+            "p99.9 ms",
+            "×up",
+            "×ngx",
+            "errors"
+        );
+        let mut entries = serde_json::Map::new();
+        for ((key, name), run) in TARGETS.iter().zip(&runs) {
+            let mut line = format!("{name:<18} {:>9.0} ", num(run, "/rps"));
+            line += &format!(
+                "{:>6.2} {:>6.2}",
+                ratio(num(run, "/rps"), num(up, "/rps")),
+                ratio(num(run, "/rps"), num(ngx, "/rps"))
+            );
+            let mut figures = json!({
+                "rps": num(run, "/rps"),
+                "rps_vs_upstream": ratio(num(run, "/rps"), num(up, "/rps")),
+                "rps_vs_nginx": ratio(num(run, "/rps"), num(ngx, "/rps")),
+            });
+            for q in ["p50", "p99", "p999"] {
+                let p = format!("/latency_ms/{q}");
+                let (v, vu, vn) = (num(run, &p), num(up, &p), num(ngx, &p));
+                line += &format!(" | {v:>8.3} {:>6.2} {:>6.2}", ratio(v, vu), ratio(v, vn));
+                figures[format!("{q}_ms")] = json!(v);
+                figures[format!("{q}_vs_upstream")] = json!(ratio(v, vu));
+                figures[format!("{q}_vs_nginx")] = json!(ratio(v, vn));
+            }
+            line += &format!(" | {:>6}", run["errors"]);
+            println!("{line}");
+            figures["raw"] = run.clone();
+            entries.insert((*key).into(), figures);
+        }
+        let acc = read(dir, &format!("accounting-{phase}.json"))?;
+        if responses_so_far == 0 {
+            responses_so_far = acc["probe_calls"].as_u64().unwrap_or(0);
+        }
+        responses_so_far += upstream_answers(&runs[3]);
+        let ledger = acc["ledger_rows"].as_u64().unwrap_or(0);
+        let mut acc_out = acc.clone();
+        acc_out["upstream_responses"] = json!(responses_so_far);
+        acc_out["ledger_equals_responses"] = json!(ledger == responses_so_far);
+        accounting.insert(phase.into(), acc_out);
+        phases.insert(phase.into(), Value::Object(entries));
+    }
+
+    println!();
+    println!("full mode accounting (cumulative: warmups and the one probe call included)");
+    println!(
+        "{:<8} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9} {:>12}",
+        "after", "published", "accounted", "dropped", "responses", "ledger", "equal", "lag at stop"
+    );
+    for phase in PHASES {
+        let a = &accounting[phase];
+        println!(
+            "{:<8} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9} {:>10.3} s",
+            phase,
+            a["published"].as_u64().unwrap_or(0),
+            a["accounted"].as_u64().unwrap_or(0),
+            a["dropped"].as_u64().unwrap_or(0),
+            a["upstream_responses"].as_u64().unwrap_or(0),
+            a["ledger_rows"].as_u64().unwrap_or(0),
+            if a["ledger_equals_responses"] == json!(true) {
+                "yes"
+            } else {
+                "NO"
+            },
+            num(a, "/lag_s"),
+        );
+    }
+
+    let closed = &phases["closed"];
+    let rate = &phases["rate"];
+    let checks = json!({
+        "zero_dropped": PHASES.iter().all(|p| accounting[*p]["dropped"] == json!(0)),
+        "ledger_equals_responses": PHASES.iter().all(|p| accounting[*p]["ledger_equals_responses"] == json!(true)),
+        "full_rps_at_least_half_nginx": num(closed, "/full/rps_vs_nginx") >= 0.5,
+        "full_p99_at_half_rate_within_nginx_plus_2ms":
+            num(rate, "/full/p99_ms") <= num(rate, "/nginx/p99_ms") + 2.0,
+    });
+    println!();
+    println!("issue 5 targets");
+    for (name, ok) in checks.as_object().expect("object") {
+        let ok = ok.as_bool().unwrap_or(false);
+        println!("  {:<46} {}", name, if ok { "met" } else { "NOT met" });
+    }
+
+    let out = json!({
+        "machine": machine,
+        "phases": phases,
+        "accounting": accounting,
+        "targets": checks,
+    });
+    std::fs::write(&args.out, serde_json::to_string_pretty(&out)? + "\n")?;
+    println!();
+    println!("written to {}", args.out.display());
+    Ok(())
+}
