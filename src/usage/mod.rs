@@ -4,6 +4,7 @@
 //! [`listener`] turns them into ledger rows and counters and tells the throttler when
 //! an account's current month is used up.
 
+pub mod batch;
 pub mod event;
 pub mod grants;
 pub mod listener;
@@ -12,6 +13,6 @@ pub mod report;
 pub mod rules;
 pub mod subscriptions;
 
+pub use batch::{Accountant, BatchOutcome};
 pub use event::{PublishOutcome, UsageEvent, UsagePublisher};
-pub use listener::{Accountant, BatchOutcome};
 pub use report::{Standing, UsageReport};

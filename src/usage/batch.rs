@@ -1,0 +1,348 @@
+//! Accounting one batch of usage events in one transaction.
+//!
+//! Lock the batch's accounts in id order (so replicas never deadlock), make sure every
+//! account has its free subscription and the months' grants exist, insert the ledger
+//! rows at most once, bump the per-month counters by exactly the rows inserted, and
+//! find the accounts whose current month is used up. Grant snapshots never change once
+//! written, so the allowances this replica has seen are kept in memory: in steady
+//! state a batch costs four statements whatever its size.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::event::UsageEvent;
+use super::grants::{
+    Grant, ensure_free_subscriptions, ensure_snapshots, load_snapshots, load_subscriptions,
+};
+use super::rules::{Subscription, active_subscription, remaining};
+use crate::month::Month;
+use crate::throttle::Throttler;
+
+/// What one batch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Ledger rows inserted.
+    pub accounted: usize,
+    /// Events whose transaction id was already in the ledger (or twice in the batch).
+    pub duplicates: usize,
+    /// Events for accounts that do not exist.
+    pub unknown_account: usize,
+    /// Events ignored because metering is off.
+    pub ignored: usize,
+    /// Accounts found with nothing remaining in the current month.
+    pub exhausted: Vec<i64>,
+}
+
+/// Snapshots known to exist, by subscription and month, with their allowance once it
+/// has been read. Rows of `monthly_usage` are never changed or deleted, so what was
+/// seen stays true.
+type KnownSnapshots = Arc<Mutex<HashMap<(i64, Month), Option<i64>>>>;
+
+/// Beyond this many remembered snapshots the memory starts over (months roll on).
+const MAX_KNOWN_SNAPSHOTS: usize = 1_000_000;
+
+/// Accounts events. Cheap to clone; clones share what they know of snapshots.
+#[derive(Clone)]
+pub struct Accountant {
+    db: PgPool,
+    free_monthly_calls: i64,
+    enabled: bool,
+    throttler: Throttler,
+    known: KnownSnapshots,
+}
+
+impl Accountant {
+    pub fn new(db: PgPool, free_monthly_calls: i64, enabled: bool, throttler: Throttler) -> Self {
+        Self {
+            db,
+            free_monthly_calls,
+            enabled,
+            throttler,
+            known: Default::default(),
+        }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<(i64, Month), Option<i64>>> {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Accounts `events` in one transaction; `now` decides the current month.
+    #[tracing::instrument(skip_all, fields(events = events.len()))]
+    pub async fn account(
+        &self,
+        events: &[UsageEvent],
+        now: DateTime<Utc>,
+    ) -> Result<BatchOutcome, sqlx::Error> {
+        if !self.enabled {
+            return Ok(BatchOutcome {
+                ignored: events.len(),
+                ..Default::default()
+            });
+        }
+        let mut seen = HashSet::with_capacity(events.len());
+        let unique: Vec<&UsageEvent> = events
+            .iter()
+            .filter(|e| seen.insert(e.transaction_id))
+            .collect();
+        let mut outcome = BatchOutcome {
+            duplicates: events.len() - unique.len(),
+            ..Default::default()
+        };
+        let account_ids: Vec<i64> = unique
+            .iter()
+            .map(|e| e.account_id)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+
+        let mut tx = self.db.begin().await?;
+        let locked: Vec<i64> =
+            sqlx::query_scalar("SELECT id FROM account WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+                .bind(&account_ids)
+                .fetch_all(&mut *tx)
+                .await?;
+        let locked_set: HashSet<i64> = locked.iter().copied().collect();
+        let (known, unknown): (Vec<&UsageEvent>, Vec<&UsageEvent>) = unique
+            .into_iter()
+            .partition(|e| locked_set.contains(&e.account_id));
+        outcome.unknown_account = unknown.len();
+        for e in &unknown {
+            tracing::warn!(account_id = e.account_id, transaction_id = %e.transaction_id,
+                "usage event for an unknown account ignored");
+        }
+        if known.is_empty() {
+            tx.commit().await?;
+            return Ok(outcome);
+        }
+
+        let mut subs = load_subscriptions(&mut tx, &locked).await?;
+        let without_free: Vec<i64> = locked
+            .iter()
+            .copied()
+            .filter(|a| {
+                !subs
+                    .get(a)
+                    .is_some_and(|l| l.iter().any(Subscription::is_free))
+            })
+            .collect();
+        if !without_free.is_empty() {
+            // Accounts older than subscription tracking get their free plan now.
+            ensure_free_subscriptions(&mut tx, &without_free, self.free_monthly_calls).await?;
+            subs.extend(load_subscriptions(&mut tx, &without_free).await?);
+        }
+
+        let current = Month::containing(now);
+        let mut grants: BTreeMap<(i64, Month), Grant> = BTreeMap::new();
+        let mut subscription_of: HashMap<Uuid, Option<i64>> = HashMap::with_capacity(known.len());
+        for e in &known {
+            let month = Month::containing(e.occurred_at);
+            let list = subs
+                .get(&e.account_id)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            if let Some(free) = list.iter().find(|s| s.is_free()) {
+                grants
+                    .entry((free.id, month))
+                    .or_insert_with(|| Grant::for_month(free, month, self.free_monthly_calls));
+            }
+            let active = active_subscription(list, e.occurred_at);
+            if let Some(active) = active {
+                grants
+                    .entry((active.id, month))
+                    .or_insert_with(|| Grant::for_month(active, month, self.free_monthly_calls));
+            }
+            subscription_of.insert(e.transaction_id, active.map(|s| s.id));
+        }
+        let unknown_grants: Vec<Grant> = {
+            let known_snapshots = self.known();
+            grants
+                .into_values()
+                .filter(|g| !known_snapshots.contains_key(&(g.subscription_id, g.month)))
+                .collect()
+        };
+        ensure_snapshots(&mut tx, &unknown_grants).await?;
+
+        let inserted = insert_ledger_rows(&mut tx, &known, &subscription_of).await?;
+        outcome.accounted = inserted.len();
+        outcome.duplicates += known.len() - inserted.len();
+
+        let mut per_month: BTreeMap<(i64, Month), i64> = BTreeMap::new();
+        for e in known
+            .iter()
+            .filter(|e| inserted.contains(&e.transaction_id))
+        {
+            *per_month
+                .entry((e.account_id, Month::containing(e.occurred_at)))
+                .or_default() += 1;
+        }
+        let used = bump_counters(&mut tx, &per_month).await?;
+
+        // Where each account touched this month stands, from what this batch holds.
+        let touched: Vec<(i64, &Subscription)> = per_month
+            .keys()
+            .filter(|(_, m)| *m == current)
+            .filter_map(|(a, _)| {
+                let list = subs.get(a)?;
+                Some((*a, active_subscription(list, now)?))
+            })
+            .collect();
+        let mut allowances = HashMap::new();
+        let mut missing = Vec::new();
+        {
+            let known_snapshots = self.known();
+            for (_, sub) in &touched {
+                match known_snapshots.get(&(sub.id, current)) {
+                    Some(Some(allowance)) => {
+                        allowances.insert(sub.id, *allowance);
+                    }
+                    _ => missing.push((sub.id, current)),
+                }
+            }
+        }
+        let loaded = load_snapshots(&mut tx, &missing).await?;
+        for ((sub_id, _), allowance) in &loaded {
+            allowances.insert(*sub_id, *allowance);
+        }
+        let mut restored = Vec::new();
+        for (account_id, sub) in &touched {
+            let allowance = allowances
+                .get(&sub.id)
+                .copied()
+                .unwrap_or_else(|| sub.default_allowance(self.free_monthly_calls));
+            let used = used.get(&(*account_id, current)).copied().unwrap_or(0);
+            if remaining(allowance, used) == 0 {
+                outcome.exhausted.push(*account_id);
+            } else if self.throttler.is_marked(*account_id, now) {
+                // A marker this replica holds for an account with allowance again
+                // (e.g. written by another replica just after an upgrade): heal it.
+                restored.push(*account_id);
+            }
+        }
+        // Handed over while the account locks are held: an upgrade that commits after
+        // us queues its restore behind this exhaust on the same worker, so this
+        // replica can never leave a marker on an account that has allowance again.
+        for account_id in &outcome.exhausted {
+            self.throttler.exhaust(*account_id, current, now);
+        }
+        for account_id in restored {
+            self.throttler.restore(account_id, now);
+        }
+        tx.commit().await?;
+
+        // Only committed rows are remembered.
+        {
+            let mut known_snapshots = self.known();
+            if known_snapshots.len() > MAX_KNOWN_SNAPSHOTS {
+                known_snapshots.clear();
+            }
+            for g in &unknown_grants {
+                known_snapshots
+                    .entry((g.subscription_id, g.month))
+                    .or_insert(None);
+            }
+            known_snapshots.extend(loaded.into_iter().map(|(k, a)| (k, Some(a))));
+        }
+
+        let committed = Utc::now();
+        for e in known
+            .iter()
+            .filter(|e| inserted.contains(&e.transaction_id))
+        {
+            let lag = (committed - e.occurred_at).to_std().unwrap_or_default();
+            metrics::histogram!("tollgate_usage_accounting_lag_seconds").record(lag.as_secs_f64());
+        }
+        metrics::counter!("tollgate_usage_events_accounted_total")
+            .increment(outcome.accounted as u64);
+        metrics::counter!("tollgate_usage_events_duplicate_total")
+            .increment(outcome.duplicates as u64);
+        Ok(outcome)
+    }
+}
+
+async fn insert_ledger_rows(
+    conn: &mut sqlx::PgConnection,
+    events: &[&UsageEvent],
+    subscription_of: &HashMap<Uuid, Option<i64>>,
+) -> Result<HashSet<Uuid>, sqlx::Error> {
+    let n = events.len();
+    let (
+        mut ids,
+        mut accounts,
+        mut subs,
+        mut keys,
+        mut times,
+        mut methods,
+        mut routes,
+        mut statuses,
+    ) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for e in events {
+        ids.push(e.transaction_id);
+        accounts.push(e.account_id);
+        subs.push(subscription_of.get(&e.transaction_id).copied().flatten());
+        keys.push(e.key_id);
+        times.push(e.occurred_at);
+        methods.push(e.method.as_str());
+        routes.push(e.route.as_str());
+        statuses.push(e.upstream_status as i16);
+    }
+    let inserted: Vec<Uuid> = sqlx::query_scalar(
+        "INSERT INTO subscription_tracking
+             (transaction_id, account_id, subscription_id, key_id, occurred_at, method, route, upstream_status)
+         SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[],
+                              $5::timestamptz[], $6::text[], $7::text[], $8::smallint[])
+         ON CONFLICT (transaction_id) DO NOTHING
+         RETURNING transaction_id",
+    )
+    .bind(ids)
+    .bind(accounts)
+    .bind(subs)
+    .bind(keys)
+    .bind(times)
+    .bind(methods)
+    .bind(routes)
+    .bind(statuses)
+    .fetch_all(conn)
+    .await?;
+    Ok(inserted.into_iter().collect())
+}
+
+/// Adds the inserted rows to the counters; returns the new `used` of each pair.
+async fn bump_counters(
+    conn: &mut sqlx::PgConnection,
+    per_month: &BTreeMap<(i64, Month), i64>,
+) -> Result<HashMap<(i64, Month), i64>, sqlx::Error> {
+    if per_month.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let accounts: Vec<i64> = per_month.keys().map(|(a, _)| *a).collect();
+    let months: Vec<DateTime<Utc>> = per_month.keys().map(|(_, m)| m.start()).collect();
+    let counts: Vec<i64> = per_month.values().copied().collect();
+    let rows: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(
+        "INSERT INTO usage_counter (account_id, month_start, used)
+         SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[])
+         ON CONFLICT (account_id, month_start) DO UPDATE SET used = usage_counter.used + EXCLUDED.used
+         RETURNING account_id, month_start, used",
+    )
+    .bind(accounts)
+    .bind(months)
+    .bind(counts)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(account, start, used)| ((account, Month::containing(start)), used))
+        .collect())
+}
