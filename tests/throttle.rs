@@ -770,6 +770,22 @@ async fn insert_accounts(app: &TestApp, n: i64) -> Vec<i64> {
     .unwrap()
 }
 
+/// One completed call for each account, now.
+fn one_call_each(accounts: &[i64]) -> Vec<tollgate::usage::UsageEvent> {
+    accounts
+        .iter()
+        .map(|&account_id| tollgate::usage::UsageEvent {
+            transaction_id: uuid::Uuid::new_v4(),
+            account_id,
+            key_id: 0,
+            occurred_at: Utc::now(),
+            method: "GET".into(),
+            route: PATH.into(),
+            upstream_status: 200,
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn reconciling_many_accounts_uses_the_bulk_endpoints() {
     let kv = FakeKv::start().await;
@@ -784,18 +800,7 @@ async fn reconciling_many_accounts_uses_the_bulk_endpoints() {
 
     // Fifty accounts use up their one call while Cloudflare fails.
     kv.set_fault(Fault::ServerError);
-    let events: Vec<_> = accounts
-        .iter()
-        .map(|&account_id| tollgate::usage::UsageEvent {
-            transaction_id: uuid::Uuid::new_v4(),
-            account_id,
-            key_id: 0,
-            occurred_at: Utc::now(),
-            method: "GET".into(),
-            route: PATH.into(),
-            upstream_status: 200,
-        })
-        .collect();
+    let events = one_call_each(&accounts);
     let accountant = app.accountant.as_ref().expect("metering is on");
     let outcome = accountant.account(&events, Utc::now()).await.unwrap();
     assert_eq!(outcome.exhausted.len(), 50);
@@ -868,18 +873,7 @@ async fn a_burst_of_exhaustions_costs_one_listing_and_one_bulk_write() {
     wait_for_lists(&kv, 1).await;
     let accounts = insert_accounts(&app, 40).await;
     kv.clear_calls();
-    let events: Vec<_> = accounts
-        .iter()
-        .map(|&account_id| tollgate::usage::UsageEvent {
-            transaction_id: uuid::Uuid::new_v4(),
-            account_id,
-            key_id: 0,
-            occurred_at: Utc::now(),
-            method: "GET".into(),
-            route: PATH.into(),
-            upstream_status: 200,
-        })
-        .collect();
+    let events = one_call_each(&accounts);
     let accountant = app.accountant.as_ref().expect("metering is on");
     let outcome = accountant.account(&events, Utc::now()).await.unwrap();
     assert_eq!(outcome.exhausted.len(), 40);

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::Inner;
-use super::store::{StoreError, marker_key, parse_marker_key};
+use super::store::{StoreError, marker_key};
 use super::worker::marker_expiration;
 use crate::month::Month;
 
@@ -33,13 +33,7 @@ pub(super) async fn run(
     now: DateTime<Utc>,
 ) -> Result<ReconcileReport, StoreError> {
     let month = Month::containing(now);
-    let marked: HashSet<i64> = inner
-        .store
-        .list()
-        .await?
-        .iter()
-        .filter_map(|k| parse_marker_key(k, month))
-        .collect();
+    let marked = inner.store.marked_accounts(month).await?;
 
     let mut to_write: Vec<i64> = exhausted.difference(&marked).copied().collect();
     let mut to_remove: Vec<i64> = marked.difference(exhausted).copied().collect();

@@ -4,7 +4,7 @@
 //! Marker keys are `usage-exhausted:<account_id>:<month_start_unix>`; the value is
 //! unused (`"1"`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use crate::cloudflare::{KvClient, KvError};
@@ -117,6 +117,16 @@ impl MarkerStore {
             }
             MarkerStore::Unconfigured => Err(StoreError::Unconfigured),
         }
+    }
+
+    /// The accounts marked for `month`, from one listing.
+    pub async fn marked_accounts(&self, month: Month) -> Result<HashSet<i64>, StoreError> {
+        Ok(self
+            .list()
+            .await?
+            .iter()
+            .filter_map(|k| parse_marker_key(k, month))
+            .collect())
     }
 
     /// Writes many markers; Cloudflare's bulk endpoint when there are many, one call

@@ -6,7 +6,6 @@
 //! open) and the account is retried on a later call, no sooner than one refresh
 //! interval later.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -15,7 +14,7 @@ use chrono::Utc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::store::{StoreError, marker_key, parse_marker_key};
+use super::store::{StoreError, marker_key};
 use super::{Command, Inner, lock};
 use crate::error::anyhow_chain;
 use crate::month::Month;
@@ -108,13 +107,7 @@ async fn exhaust_all(inner: &Inner, exhausts: Vec<(i64, Month, chrono::DateTime<
         .map(|e| e.0)
         .collect();
     let result = async {
-        let listed: HashSet<i64> = inner
-            .store
-            .list()
-            .await?
-            .iter()
-            .filter_map(|k| parse_marker_key(k, month))
-            .collect();
+        let listed = inner.store.marked_accounts(month).await?;
         let missing: Vec<String> = accounts
             .iter()
             .filter(|a| !listed.contains(a))
@@ -170,14 +163,8 @@ fn failed(inner: &Inner, op: &'static str, err: &StoreError) {
 async fn refresh(inner: &Inner) {
     let month = Month::containing(Utc::now());
     let started = Instant::now();
-    match inner.store.list().await {
-        Ok(keys) => {
-            let accounts: HashSet<i64> = keys
-                .iter()
-                .filter_map(|k| parse_marker_key(k, month))
-                .collect();
-            inner.view.replace(month, accounts, started);
-        }
+    match inner.store.marked_accounts(month).await {
+        Ok(accounts) => inner.view.replace(month, accounts, started),
         Err(e) => failed(inner, "refresh", &e),
     }
 }
