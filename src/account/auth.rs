@@ -1,4 +1,4 @@
-//! Who is calling: API-key, session and admin principals.
+//! Who is calling: API-key, session and account principals.
 //!
 //! Each principal is a `FromRequestParts` extractor. API keys are looked up by their
 //! SHA-256 in this replica's [`KeyCache`], else with one indexed query whose valid
@@ -8,8 +8,6 @@ use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use secrecy::ExposeSecret;
-use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
 use super::token::{self, API_KEY_PREFIX, SESSION_PREFIX, TokenHash};
@@ -35,10 +33,6 @@ pub struct SessionPrincipal {
 pub struct AccountPrincipal {
     pub account_id: i64,
 }
-
-/// The operator, holding `admin.token`.
-#[derive(Debug, Clone, Copy)]
-pub struct AdminPrincipal;
 
 /// Checks the key in `key_header`: missing, malformed, unknown or revoked is
 /// `INVALID_API_KEY`; an unreachable database is `SERVICE_UNAVAILABLE`.
@@ -91,7 +85,8 @@ pub async fn authenticate_key(
     }
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+/// The token of an `Authorization: Bearer` header.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme
@@ -162,27 +157,6 @@ impl FromRequestParts<AppState> for AccountPrincipal {
             }),
             Err(ApiError::InvalidApiKey) => Err(ApiError::Unauthorized),
             Err(other) => Err(other),
-        }
-    }
-}
-
-impl FromRequestParts<AppState> for AdminPrincipal {
-    type Rejection = ApiError;
-
-    /// With no `admin.token` configured the admin API does not exist (404).
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let Some(expected) = &state.config.admin.token else {
-            return Err(ApiError::NotFound);
-        };
-        let given = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
-        // Comparing digests keeps the comparison time independent of the token.
-        let same =
-            Sha256::digest(given.as_bytes()) == Sha256::digest(expected.expose_secret().as_bytes());
-        if same {
-            Ok(AdminPrincipal)
-        } else {
-            tracing::warn!("admin token refused");
-            Err(ApiError::Unauthorized)
         }
     }
 }

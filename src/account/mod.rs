@@ -4,9 +4,11 @@
 //! PostgreSQL. Grants and usage figures come from [`crate::usage`].
 
 pub mod auth;
-pub(crate) mod handlers;
+pub mod keys;
 pub mod password;
+pub mod session;
 pub mod token;
+pub mod usage;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -14,22 +16,21 @@ use axum::routing::{delete, get, post};
 
 use crate::app::AppState;
 
-pub use handlers::{
-    KeyCreated, KeySummary, LoginRequest, LoginResponse, SignupRequest, SignupResponse,
-};
+pub use keys::{KeyCreated, KeySummary};
+pub use session::{LoginRequest, LoginResponse, SignupRequest, SignupResponse};
 
 /// Largest JSON body the account API reads.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/account/v1/signup", post(handlers::signup))
-        .route("/account/v1/login", post(handlers::login))
-        .route("/account/v1/usage", get(handlers::usage))
+        .route("/account/v1/signup", post(session::signup))
+        .route("/account/v1/login", post(session::login))
+        .route("/account/v1/usage", get(usage::usage))
         .route(
             "/account/v1/keys",
-            post(handlers::create_key).get(handlers::list_keys),
+            post(keys::create_key).get(keys::list_keys),
         )
-        .route("/account/v1/keys/{key_id}", delete(handlers::revoke_key))
+        .route("/account/v1/keys/{key_id}", delete(keys::revoke_key))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::account::auth::AdminPrincipal;
-use crate::account::handlers::{MonthQuery, usage_response};
+use super::auth::AdminPrincipal;
+use crate::account::usage::{MonthQuery, usage_response};
 use crate::app::AppState;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams, QueryParams};
 use crate::throttle::ReconcileReport;

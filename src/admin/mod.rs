@@ -1,5 +1,6 @@
 //! The operators' API (`/admin/v1`, SPEC §3.3), behind `admin.token`.
 
+pub mod auth;
 pub(crate) mod handlers;
 
 use axum::Router;

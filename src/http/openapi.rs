@@ -4,19 +4,19 @@ use axum::Json;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::account::handlers as account;
+use crate::account::{keys, session, usage};
 use crate::admin::handlers as admin;
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "tollgate", description = "Account and admin API of the tollgate metering gateway."),
     paths(
-        account::signup,
-        account::login,
-        account::usage,
-        account::create_key,
-        account::list_keys,
-        account::revoke_key,
+        session::signup,
+        session::login,
+        usage::usage,
+        keys::create_key,
+        keys::list_keys,
+        keys::revoke_key,
         admin::create_subscription,
         admin::account_usage,
         admin::reconcile,

@@ -1,19 +1,18 @@
-//! Handlers of the account API.
+//! Signup and login.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
-use super::auth::{AccountPrincipal, SessionPrincipal};
+use super::keys::insert_key;
 use super::password;
 use super::token::{API_KEY_PREFIX, PlainToken, SESSION_PREFIX};
 use crate::app::AppState;
-use crate::error::{ApiError, ErrorBody, JsonBody, PathParams, QueryParams};
-use crate::month::Month;
-use crate::usage::{self, UsageReport};
+use crate::error::{ApiError, ErrorBody, JsonBody};
+use crate::usage;
 
 const MIN_PASSWORD_CHARS: usize = 8;
 const MAX_PASSWORD_CHARS: usize = 1024;
@@ -43,36 +42,6 @@ pub struct LoginRequest {
 pub struct LoginResponse {
     pub token: String,
     pub expires_at: DateTime<Utc>,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct KeyCreated {
-    pub key_id: i64,
-    pub api_key: String,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
-pub struct KeySummary {
-    pub key_id: i64,
-    pub prefix: String,
-    pub created_at: DateTime<Utc>,
-    pub revoked_at: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-pub struct MonthQuery {
-    /// `YYYY-MM`; the current UTC month when absent.
-    pub month: Option<String>,
-}
-
-/// Parses `?month=`; the current month when absent.
-pub fn month_or_current(query: &MonthQuery, now: DateTime<Utc>) -> Result<Month, ApiError> {
-    match query.month.as_deref() {
-        None => Ok(Month::containing(now)),
-        Some(text) => text
-            .parse()
-            .map_err(|_| ApiError::Validation("month must be YYYY-MM".into())),
-    }
 }
 
 fn normalize_email(raw: &str) -> Result<String, ApiError> {
@@ -166,21 +135,6 @@ pub async fn signup(
     ))
 }
 
-async fn insert_key(
-    conn: &mut sqlx::PgConnection,
-    account_id: i64,
-    key: &PlainToken,
-) -> Result<i64, ApiError> {
-    Ok(sqlx::query_scalar(
-        "INSERT INTO api_key (account_id, key_hash, prefix) VALUES ($1, $2, $3) RETURNING id",
-    )
-    .bind(account_id)
-    .bind(key.hash().as_bytes())
-    .bind(key.display_prefix())
-    .fetch_one(conn)
-    .await?)
-}
-
 /// Exchanges email and password for a session token.
 #[utoipa::path(post, path = "/account/v1/login", tag = "account",
     request_body = LoginRequest,
@@ -233,123 +187,6 @@ pub async fn login(
         token: token.reveal(),
         expires_at,
     }))
-}
-
-/// Creates another API key; the response is the only time it is shown.
-#[utoipa::path(post, path = "/account/v1/keys", tag = "account",
-    security(("session" = [])),
-    responses(
-        (status = 201, body = KeyCreated),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-    ))]
-pub async fn create_key(
-    State(state): State<AppState>,
-    session: SessionPrincipal,
-) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
-    let key = PlainToken::generate(API_KEY_PREFIX);
-    let mut conn = state.db.acquire().await?;
-    let key_id = insert_key(&mut conn, session.account_id, &key).await?;
-    tracing::info!(account_id = session.account_id, key_id, "api key created");
-    Ok((
-        StatusCode::CREATED,
-        Json(KeyCreated {
-            key_id,
-            api_key: key.reveal(),
-        }),
-    ))
-}
-
-/// Lists the account's keys, revoked ones included, oldest first.
-#[utoipa::path(get, path = "/account/v1/keys", tag = "account",
-    security(("session" = [])),
-    responses(
-        (status = 200, body = [KeySummary]),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-    ))]
-pub async fn list_keys(
-    State(state): State<AppState>,
-    session: SessionPrincipal,
-) -> Result<Json<Vec<KeySummary>>, ApiError> {
-    let keys = sqlx::query_as(
-        "SELECT id AS key_id, prefix, created_at, revoked_at
-         FROM api_key WHERE account_id = $1 ORDER BY id",
-    )
-    .bind(session.account_id)
-    .fetch_all(&state.db)
-    .await?;
-    Ok(Json(keys))
-}
-
-/// Revokes a key; it is refused from the next call on. Revoking twice is harmless.
-#[utoipa::path(delete, path = "/account/v1/keys/{key_id}", tag = "account",
-    security(("session" = [])),
-    params(("key_id" = i64, Path)),
-    responses(
-        (status = 204),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 404, description = "KEY_NOT_FOUND", body = ErrorBody),
-    ))]
-pub async fn revoke_key(
-    State(state): State<AppState>,
-    session: SessionPrincipal,
-    PathParams(key_id): PathParams<String>,
-) -> Result<StatusCode, ApiError> {
-    let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
-    let found: Option<i64> = sqlx::query_scalar(
-        "UPDATE api_key SET revoked_at = coalesce(revoked_at, now())
-         WHERE id = $1 AND account_id = $2 RETURNING id",
-    )
-    .bind(key_id)
-    .bind(session.account_id)
-    .fetch_optional(&state.db)
-    .await?;
-    match found {
-        Some(_) => {
-            // Other replicas hear the revocation through NOTIFY; this one forgets at once.
-            state.keys.flush();
-            tracing::info!(account_id = session.account_id, key_id, "api key revoked");
-            Ok(StatusCode::NO_CONTENT)
-        }
-        None => Err(ApiError::KeyNotFound),
-    }
-}
-
-/// The caller's usage in a UTC month (SPEC §3.4).
-#[utoipa::path(get, path = "/account/v1/usage", tag = "account",
-    security(("session" = []), ("api_key" = [])),
-    params(MonthQuery),
-    responses(
-        (status = 200, body = UsageReport),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
-    ))]
-pub async fn usage(
-    State(state): State<AppState>,
-    principal: AccountPrincipal,
-    QueryParams(query): QueryParams<MonthQuery>,
-) -> Result<Json<UsageReport>, ApiError> {
-    usage_response(&state, principal.account_id, &query).await
-}
-
-/// The usage object of `account_id` for `?month=`; shared with the admin API.
-pub(crate) async fn usage_response(
-    state: &AppState,
-    account_id: i64,
-    query: &MonthQuery,
-) -> Result<Json<UsageReport>, ApiError> {
-    let now = Utc::now();
-    let month = month_or_current(query, now)?;
-    let mut conn = state.db.acquire().await?;
-    usage::report::usage_report(
-        &mut conn,
-        account_id,
-        month,
-        now,
-        state.config.usage.free_monthly_calls,
-    )
-    .await?
-    .map(Json)
-    .ok_or(ApiError::AccountNotFound)
 }
 
 #[cfg(test)]

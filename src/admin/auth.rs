@@ -1,0 +1,35 @@
+//! Who may use the admin API: the holder of `admin.token`.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use secrecy::ExposeSecret;
+use sha2::{Digest, Sha256};
+
+use crate::account::auth::bearer;
+use crate::app::AppState;
+use crate::error::ApiError;
+
+/// The operator, holding `admin.token`.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminPrincipal;
+
+impl FromRequestParts<AppState> for AdminPrincipal {
+    type Rejection = ApiError;
+
+    /// With no `admin.token` configured the admin API does not exist (404).
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Some(expected) = &state.config.admin.token else {
+            return Err(ApiError::NotFound);
+        };
+        let given = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
+        // Comparing digests keeps the comparison time independent of the token.
+        let same =
+            Sha256::digest(given.as_bytes()) == Sha256::digest(expected.expose_secret().as_bytes());
+        if same {
+            Ok(AdminPrincipal)
+        } else {
+            tracing::warn!("admin token refused");
+            Err(ApiError::Unauthorized)
+        }
+    }
+}
