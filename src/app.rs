@@ -161,6 +161,11 @@ impl Gateway {
             )));
         }
 
+        background.push(tokio::spawn(purge_expired_sessions(
+            db.clone(),
+            stop_background.clone(),
+        )));
+
         let keys = if config.key_cache.enabled {
             KeyCache::new(config.key_cache.max_entries)
         } else {
@@ -230,6 +235,21 @@ impl Gateway {
         }
         tracing::info!("stopped");
         served.context("public listener failed")
+    }
+}
+
+/// Purges expired login sessions hourly, so the table stays small.
+async fn purge_expired_sessions(db: PgPool, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
+        }
+        match crate::account::session::purge_expired(&db).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(sessions = n, "expired sessions purged"),
+            Err(e) => tracing::warn!(error = %e, "purging expired sessions failed"),
+        }
     }
 }
 

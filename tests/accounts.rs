@@ -609,3 +609,31 @@ async fn an_empty_admin_token_means_no_admin_api() {
     .unwrap();
     assert!(config.admin.token.is_none());
 }
+
+#[tokio::test]
+async fn sessions_long_expired_are_purged_and_live_ones_kept() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let live = app.login(&customer).await;
+    let stale = app.login(&customer).await;
+    sqlx::query(
+        "UPDATE account_session SET expires_at = now() - interval '2 days'
+         WHERE token_hash = sha256(convert_to($1, 'UTF8'))",
+    )
+    .bind(&stale)
+    .execute(&app.db.pool)
+    .await
+    .unwrap();
+    let purged = tollgate::account::session::purge_expired(&app.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(purged, 1);
+    let res = app
+        .client
+        .get(app.url("/account/v1/keys"))
+        .bearer_auth(&live)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+}

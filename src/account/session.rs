@@ -189,6 +189,15 @@ pub async fn login(
     }))
 }
 
+/// Deletes sessions more than a day past their expiry; returns how many.
+pub async fn purge_expired(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
+    let done =
+        sqlx::query("DELETE FROM account_session WHERE expires_at < now() - interval '1 day'")
+            .execute(db)
+            .await?;
+    Ok(done.rows_affected())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
