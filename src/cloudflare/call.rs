@@ -52,6 +52,18 @@ pub(crate) struct Answer {
 }
 
 impl Answer {
+    /// For writes and deletes: any 2xx is success unless its body is an envelope that
+    /// says otherwise (some KV-compatible servers answer a bare 200 or 204).
+    pub(crate) fn accepted(&self) -> Result<(), KvError> {
+        if !self.status.is_success() {
+            return Err(wire::api_error(self.status, &self.body));
+        }
+        match serde_json::from_slice::<Envelope<serde_json::Value>>(&self.body) {
+            Ok(envelope) if !envelope.success => Err(wire::api_error(self.status, &self.body)),
+            _ => Ok(()),
+        }
+    }
+
     /// The `Api` error of a non-2xx answer, or the decoded envelope of a 2xx one.
     pub(crate) fn envelope<T: DeserializeOwned>(&self) -> Result<Envelope<T>, KvError> {
         if self.status.is_success() {
@@ -190,5 +202,43 @@ pub(crate) fn record<T>(op: Op, outcome: &Result<T, KvError>, absent: bool) {
     match outcome {
         Err(error) => tracing::debug!(op = op.as_str(), result, %error, "KV call failed"),
         Ok(_) => tracing::debug!(op = op.as_str(), result, "KV call done"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, body: &str) -> Answer {
+        Answer {
+            status: StatusCode::from_u16(status).unwrap(),
+            body: Bytes::from(body.to_owned()),
+        }
+    }
+
+    #[test]
+    fn a_write_is_accepted_on_any_2xx_unless_the_envelope_says_it_failed() {
+        assert!(
+            answer(
+                200,
+                r#"{"success":true,"errors":[],"messages":[],"result":{}}"#
+            )
+            .accepted()
+            .is_ok()
+        );
+        assert!(answer(204, "").accepted().is_ok());
+        assert!(answer(200, "OK").accepted().is_ok());
+        let refused = r#"{"success":false,"errors":[{"code":10033,"message":"bad"}],"messages":[],"result":null}"#;
+        assert!(matches!(
+            answer(200, refused).accepted(),
+            Err(KvError::Api {
+                code: Some(10033),
+                ..
+            })
+        ));
+        assert!(matches!(
+            answer(500, "oops").accepted(),
+            Err(KvError::Api { status: 500, .. })
+        ));
     }
 }

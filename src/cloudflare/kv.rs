@@ -93,9 +93,12 @@ impl KvClient {
                 return Ok(Some(answer.body));
             }
             match wire::api_error(answer.status, &answer.body) {
+                // Cloudflare's "key not found"; a bare 404 without any error code
+                // (no envelope) reads the same, an envelope naming another error
+                // (wrong namespace, account) does not.
                 KvError::Api {
                     status: 404,
-                    code: Some(KEY_NOT_FOUND),
+                    code: Some(KEY_NOT_FOUND) | None,
                     ..
                 } => Ok(None),
                 error => Err(error),
@@ -127,7 +130,7 @@ impl KvClient {
                 request = request.query(&[("expiration", expiration)]);
             }
             let answer = self.execute(Op::Put, request).await?;
-            answer.envelope::<serde_json::Value>().map(drop)
+            answer.accepted()
         }
         .await;
         call::record(Op::Put, &outcome, false);
@@ -140,14 +143,14 @@ impl KvClient {
         let outcome = async {
             let url = self.value_url(key)?;
             let answer = self.execute(Op::Delete, self.http().delete(url)).await?;
-            match answer.envelope::<serde_json::Value>() {
+            match answer.accepted() {
                 // Already gone is what a delete wants.
                 Err(KvError::Api {
                     status: 404,
                     code: Some(KEY_NOT_FOUND),
                     ..
                 }) => Ok(()),
-                other => other.map(drop),
+                other => other,
             }
         }
         .await;
