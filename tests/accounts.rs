@@ -22,6 +22,11 @@ async fn list_keys(app: &TestApp, token: &str) -> Value {
     res.json().await.unwrap()
 }
 
+/// Asserts a JSON error with this status and code.
+async fn expect_error(res: reqwest::Response, status: StatusCode, code: &str) {
+    assert_eq!(error_code(res).await, (status, code.to_owned()));
+}
+
 async fn error_code(res: reqwest::Response) -> (StatusCode, String) {
     let status = res.status();
     let body: Value = res.json().await.expect("error bodies are JSON");
@@ -183,10 +188,7 @@ async fn malformed_bodies_get_json_errors_never_a_500() {
     }
     let res = app.client.get(&url).send().await.unwrap();
     // A known path with another method is not a route of the API.
-    assert_eq!(
-        error_code(res).await,
-        (StatusCode::NOT_FOUND, "NOT_FOUND".into())
-    );
+    expect_error(res, StatusCode::NOT_FOUND, "NOT_FOUND").await;
 }
 
 #[tokio::test]
@@ -236,10 +238,7 @@ async fn an_expired_session_is_unauthorized() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        error_code(res).await,
-        (StatusCode::UNAUTHORIZED, "UNAUTHORIZED".into())
-    );
+    expect_error(res, StatusCode::UNAUTHORIZED, "UNAUTHORIZED").await;
 }
 
 #[tokio::test]
@@ -279,10 +278,7 @@ async fn keys_are_created_listed_without_their_secret_and_revoked() {
         .unwrap();
     assert_eq!(res.status(), 204);
     let refused = app.call("/western/v1/x", &second_key).await;
-    assert_eq!(
-        error_code(refused).await,
-        (StatusCode::UNAUTHORIZED, "INVALID_API_KEY".into())
-    );
+    expect_error(refused, StatusCode::UNAUTHORIZED, "INVALID_API_KEY").await;
     assert_eq!(
         app.call("/western/v1/x", &customer.api_key).await.status(),
         200,
@@ -306,10 +302,7 @@ async fn a_customer_cannot_revoke_another_customers_key() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        error_code(res).await,
-        (StatusCode::NOT_FOUND, "KEY_NOT_FOUND".into())
-    );
+    expect_error(res, StatusCode::NOT_FOUND, "KEY_NOT_FOUND").await;
     assert_eq!(app.call("/vedic/v1/x", &bob.api_key).await.status(), 200);
     let res = app
         .client
@@ -362,10 +355,7 @@ async fn the_admin_api_needs_its_token_and_vanishes_without_one() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        error_code(res).await,
-        (StatusCode::UNAUTHORIZED, "UNAUTHORIZED".into())
-    );
+    expect_error(res, StatusCode::UNAUTHORIZED, "UNAUTHORIZED").await;
     let res = app
         .client
         .post(app.url("/admin/v1/reconcile"))
@@ -383,10 +373,7 @@ async fn the_admin_api_needs_its_token_and_vanishes_without_one() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        error_code(res).await,
-        (StatusCode::NOT_FOUND, "NOT_FOUND".into())
-    );
+    expect_error(res, StatusCode::NOT_FOUND, "NOT_FOUND").await;
 }
 
 #[tokio::test]
@@ -512,10 +499,7 @@ async fn usage_takes_a_session_or_a_key_and_refuses_bad_ones_as_unauthorized() {
             .send()
             .await
             .unwrap();
-        assert_eq!(
-            error_code(res).await,
-            (StatusCode::UNAUTHORIZED, "UNAUTHORIZED".into())
-        );
+        expect_error(res, StatusCode::UNAUTHORIZED, "UNAUTHORIZED").await;
     }
     let res = app
         .client
@@ -524,10 +508,7 @@ async fn usage_takes_a_session_or_a_key_and_refuses_bad_ones_as_unauthorized() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        error_code(res).await,
-        (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED".into())
-    );
+    expect_error(res, StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED").await;
 }
 
 #[tokio::test]
@@ -536,20 +517,14 @@ async fn ids_that_are_not_numbers_name_nothing() {
     let customer = app.signup().await;
     let token = app.login(&customer).await;
     let res = app.admin_get("/admin/v1/accounts/abc/usage").await;
-    assert_eq!(
-        error_code(res).await,
-        (StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND".into())
-    );
+    expect_error(res, StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND").await;
     let res = app
         .admin_post(
             "/admin/v1/accounts/99999999999999999999/subscriptions",
             &json!({"plan": "pro", "monthly_allowance": 1}),
         )
         .await;
-    assert_eq!(
-        error_code(res).await,
-        (StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND".into())
-    );
+    expect_error(res, StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND").await;
     let res = app
         .client
         .delete(app.url("/account/v1/keys/abc"))
@@ -557,10 +532,7 @@ async fn ids_that_are_not_numbers_name_nothing() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        error_code(res).await,
-        (StatusCode::NOT_FOUND, "KEY_NOT_FOUND".into())
-    );
+    expect_error(res, StatusCode::NOT_FOUND, "KEY_NOT_FOUND").await;
 }
 
 #[tokio::test]
@@ -573,10 +545,7 @@ async fn text_the_database_cannot_store_is_a_validation_error_not_a_500() {
             &json!({"plan": "p\0", "monthly_allowance": 10}),
         )
         .await;
-    assert_eq!(
-        error_code(res).await,
-        (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED".into())
-    );
+    expect_error(res, StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED").await;
 }
 
 #[tokio::test]

@@ -770,6 +770,11 @@ async fn insert_accounts(app: &TestApp, n: i64) -> Vec<i64> {
     .unwrap()
 }
 
+/// Every call the KV server received, as (method, path).
+fn methods_and_paths(kv: &FakeKv) -> Vec<(String, String)> {
+    kv.calls().into_iter().map(|c| (c.method, c.path)).collect()
+}
+
 /// One completed call for each account, now.
 fn one_call_each(accounts: &[i64]) -> Vec<tollgate::usage::UsageEvent> {
     accounts
@@ -816,7 +821,7 @@ async fn reconciling_many_accounts_uses_the_bulk_endpoints() {
         body,
         json!({"accounts_checked": 50, "markers_written": 50, "markers_removed": 0})
     );
-    let seen: Vec<(String, String)> = kv.calls().into_iter().map(|c| (c.method, c.path)).collect();
+    let seen = methods_and_paths(&kv);
     assert_eq!(
         seen,
         [
@@ -851,7 +856,7 @@ async fn reconciling_many_accounts_uses_the_bulk_endpoints() {
         body,
         json!({"accounts_checked": 50, "markers_written": 0, "markers_removed": 50})
     );
-    let seen: Vec<(String, String)> = kv.calls().into_iter().map(|c| (c.method, c.path)).collect();
+    let seen = methods_and_paths(&kv);
     assert_eq!(
         seen,
         [
@@ -879,7 +884,7 @@ async fn a_burst_of_exhaustions_costs_one_listing_and_one_bulk_write() {
     assert_eq!(outcome.exhausted.len(), 40);
     let written = eventually(WAIT, || async { kv.keys().len() == 40 }).await;
     assert!(written, "markers not written");
-    let seen: Vec<(String, String)> = kv.calls().into_iter().map(|c| (c.method, c.path)).collect();
+    let seen = methods_and_paths(&kv);
     assert_eq!(
         seen,
         [
