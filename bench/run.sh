@@ -87,6 +87,9 @@ cleanup() {
     wait 2>/dev/null || true
     if [ "$status" = 0 ] && [ "${BENCH_KEEP:-0}" != 1 ]; then
         rm -rf "$RUN"
+        for db in "${DB_LOCAL:-}" "${DB_FULL:-}"; do
+            [ -n "$db" ] && psql_admin -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+        done
     else
         say "run folder (logs, raw figures): $RUN"
     fi
