@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 async fn get(app: &TestApp, path: &str) -> reqwest::Response {
@@ -11,15 +11,19 @@ async fn get(app: &TestApp, path: &str) -> reqwest::Response {
 }
 
 async fn list_keys(app: &TestApp, token: &str) -> Value {
-    let res = app
-        .client
-        .get(app.url("/account/v1/keys"))
+    let res = with_session(app, Method::GET, "/account/v1/keys", token).await;
+    assert_eq!(res.status(), 200);
+    res.json().await.unwrap()
+}
+
+/// One request on the account API with a login session.
+async fn with_session(app: &TestApp, method: Method, path: &str, token: &str) -> reqwest::Response {
+    app.client
+        .request(method, app.url(path))
         .bearer_auth(token)
         .send()
         .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    res.json().await.unwrap()
+        .unwrap()
 }
 
 /// Asserts a JSON error with this status and code.
@@ -231,13 +235,7 @@ async fn an_expired_session_is_unauthorized() {
         .execute(&app.db.pool)
         .await
         .unwrap();
-    let res = app
-        .client
-        .get(app.url("/account/v1/keys"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
+    let res = with_session(&app, Method::GET, "/account/v1/keys", &token).await;
     expect_error(res, StatusCode::UNAUTHORIZED, "UNAUTHORIZED").await;
 }
 
@@ -247,13 +245,7 @@ async fn keys_are_created_listed_without_their_secret_and_revoked() {
     let customer = app.signup().await;
     let token = app.login(&customer).await;
 
-    let res = app
-        .client
-        .post(app.url("/account/v1/keys"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
+    let res = with_session(&app, Method::POST, "/account/v1/keys", &token).await;
     assert_eq!(res.status(), 201);
     let created: Value = res.json().await.unwrap();
     let second_key = created["api_key"].as_str().unwrap().to_owned();
@@ -269,13 +261,13 @@ async fn keys_are_created_listed_without_their_secret_and_revoked() {
     assert!(second_key.starts_with(listed[1]["prefix"].as_str().unwrap()));
     assert!(!listed.iter().any(|k| k.to_string().contains(&second_key)));
 
-    let res = app
-        .client
-        .delete(app.url(&format!("/account/v1/keys/{second_id}")))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
+    let res = with_session(
+        &app,
+        Method::DELETE,
+        &format!("/account/v1/keys/{second_id}"),
+        &token,
+    )
+    .await;
     assert_eq!(res.status(), 204);
     let refused = app.call("/western/v1/x", &second_key).await;
     expect_error(refused, StatusCode::UNAUTHORIZED, "INVALID_API_KEY").await;
@@ -295,22 +287,22 @@ async fn a_customer_cannot_revoke_another_customers_key() {
     let alice = app.signup().await;
     let bob = app.signup().await;
     let token = app.login(&alice).await;
-    let res = app
-        .client
-        .delete(app.url(&format!("/account/v1/keys/{}", bob.key_id)))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
+    let res = with_session(
+        &app,
+        Method::DELETE,
+        &format!("/account/v1/keys/{}", bob.key_id),
+        &token,
+    )
+    .await;
     expect_error(res, StatusCode::NOT_FOUND, "KEY_NOT_FOUND").await;
     assert_eq!(app.call("/vedic/v1/x", &bob.api_key).await.status(), 200);
-    let res = app
-        .client
-        .delete(app.url("/account/v1/keys/not-a-number"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
+    let res = with_session(
+        &app,
+        Method::DELETE,
+        "/account/v1/keys/not-a-number",
+        &token,
+    )
+    .await;
     assert_eq!(res.status(), 404);
 }
 
@@ -470,13 +462,7 @@ async fn usage_takes_a_session_or_a_key_and_refuses_bad_ones_as_unauthorized() {
     let app = spawn_app().await;
     let customer = app.signup().await;
     let token = app.login(&customer).await;
-    let by_session = app
-        .client
-        .get(app.url("/account/v1/usage"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
+    let by_session = with_session(&app, Method::GET, "/account/v1/usage", &token).await;
     assert_eq!(by_session.status(), 200);
     let by_key = app
         .client
@@ -501,13 +487,7 @@ async fn usage_takes_a_session_or_a_key_and_refuses_bad_ones_as_unauthorized() {
             .unwrap();
         expect_error(res, StatusCode::UNAUTHORIZED, "UNAUTHORIZED").await;
     }
-    let res = app
-        .client
-        .get(app.url("/account/v1/usage?month="))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
+    let res = with_session(&app, Method::GET, "/account/v1/usage?month=", &token).await;
     expect_error(res, StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED").await;
 }
 
@@ -525,13 +505,7 @@ async fn ids_that_are_not_numbers_name_nothing() {
         )
         .await;
     expect_error(res, StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND").await;
-    let res = app
-        .client
-        .delete(app.url("/account/v1/keys/abc"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
+    let res = with_session(&app, Method::DELETE, "/account/v1/keys/abc", &token).await;
     expect_error(res, StatusCode::NOT_FOUND, "KEY_NOT_FOUND").await;
 }
 
@@ -597,12 +571,6 @@ async fn sessions_long_expired_are_purged_and_live_ones_kept() {
         .await
         .unwrap();
     assert_eq!(purged, 1);
-    let res = app
-        .client
-        .get(app.url("/account/v1/keys"))
-        .bearer_auth(&live)
-        .send()
-        .await
-        .unwrap();
+    let res = with_session(&app, Method::GET, "/account/v1/keys", &live).await;
     assert_eq!(res.status(), 200);
 }

@@ -7,6 +7,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use super::lock;
+
 use crate::cloudflare::{KvClient, KvError};
 use crate::month::Month;
 
@@ -188,10 +190,6 @@ fn bulk_unsupported(err: &KvError) -> bool {
 
 /// Above this many keys, reconciliation uses the bulk endpoints (one call per chunk).
 const BULK_THRESHOLD: usize = 10;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 #[cfg(test)]
 mod tests {

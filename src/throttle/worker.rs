@@ -120,33 +120,47 @@ async fn exhaust_all(inner: &Inner, exhausts: Vec<(i64, Month, chrono::DateTime<
         Ok::<_, StoreError>(missing.len())
     }
     .await;
-    match result {
-        Ok(written) => {
-            for account_id in &accounts {
-                inner.view.insert(*account_id, month);
-                lock(&inner.retry_at).remove(account_id);
-            }
-            inner
-                .markers_written
-                .fetch_add(written as u64, Ordering::Relaxed);
-            metrics::counter!("tollgate_markers_written_total").increment(written as u64);
-            tracing::info!(
-                accounts = accounts.len(),
-                written,
-                "exhaustion markers written"
-            );
-        }
-        Err(e) => {
-            let retry = Instant::now() + inner.settings.refresh_interval;
-            for account_id in &accounts {
-                lock(&inner.retry_at).insert(*account_id, retry);
-            }
-            failed(inner, "exhaust", &e);
-        }
-    }
+    settle_exhausts(inner, &accounts, month, result);
     let mut pending = lock(&inner.pending);
     for (account_id, _, _) in &exhausts {
         pending.remove(account_id);
+    }
+}
+
+/// Records the outcome of marking `accounts`: on success the view knows them and
+/// `written` markers are counted; on failure they wait one refresh interval before a
+/// later call retries, and the store failure is counted as a fail-open.
+fn settle_exhausts(
+    inner: &Inner,
+    accounts: &[i64],
+    month: Month,
+    result: Result<usize, StoreError>,
+) {
+    match result {
+        Ok(written) => {
+            let mut retry_at = lock(&inner.retry_at);
+            for account_id in accounts {
+                inner.view.insert(*account_id, month);
+                retry_at.remove(account_id);
+            }
+            drop(retry_at);
+            if written > 0 {
+                inner
+                    .markers_written
+                    .fetch_add(written as u64, Ordering::Relaxed);
+                metrics::counter!("tollgate_markers_written_total").increment(written as u64);
+                tracing::info!(?accounts, written, "exhaustion markers written");
+            }
+        }
+        Err(e) => {
+            let retry = Instant::now() + inner.settings.refresh_interval;
+            let mut retry_at = lock(&inner.retry_at);
+            for account_id in accounts {
+                retry_at.insert(*account_id, retry);
+            }
+            drop(retry_at);
+            failed(inner, "exhaust", &e);
+        }
     }
 }
 
@@ -179,22 +193,7 @@ async fn exhaust(inner: &Inner, account_id: i64, month: Month, now: chrono::Date
         Ok::<_, StoreError>(true)
     }
     .await;
-    match result {
-        Ok(written) => {
-            inner.view.insert(account_id, month);
-            lock(&inner.retry_at).remove(&account_id);
-            if written {
-                inner.markers_written.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("tollgate_markers_written_total").increment(1);
-                tracing::info!(account_id, key, "exhaustion marker written");
-            }
-        }
-        Err(e) => {
-            lock(&inner.retry_at)
-                .insert(account_id, Instant::now() + inner.settings.refresh_interval);
-            failed(inner, "exhaust", &e);
-        }
-    }
+    settle_exhausts(inner, &[account_id], month, result.map(usize::from));
     lock(&inner.pending).remove(&account_id);
 }
 

@@ -16,7 +16,8 @@ use uuid::Uuid;
 
 use super::event::UsageEvent;
 use super::grants::{
-    Grant, ensure_free_subscriptions, ensure_snapshots, load_snapshots, load_subscriptions,
+    Grant, allowance_of, ensure_free_subscriptions, ensure_snapshots, load_snapshots,
+    load_subscriptions,
 };
 use super::rules::{Subscription, active_subscription, remaining};
 use crate::month::Month;
@@ -190,29 +191,24 @@ impl Accountant {
                 Some((*a, active_subscription(list, now)?))
             })
             .collect();
-        let mut allowances = HashMap::new();
+        let mut snapshots: HashMap<(i64, Month), i64> = HashMap::new();
         let mut missing = Vec::new();
         {
             let known_snapshots = self.known();
             for (_, sub) in &touched {
                 match known_snapshots.get(&(sub.id, current)) {
                     Some(Some(allowance)) => {
-                        allowances.insert(sub.id, *allowance);
+                        snapshots.insert((sub.id, current), *allowance);
                     }
                     _ => missing.push((sub.id, current)),
                 }
             }
         }
         let loaded = load_snapshots(&mut tx, &missing).await?;
-        for ((sub_id, _), allowance) in &loaded {
-            allowances.insert(*sub_id, *allowance);
-        }
+        snapshots.extend(&loaded);
         let mut restored = Vec::new();
         for (account_id, sub) in &touched {
-            let allowance = allowances
-                .get(&sub.id)
-                .copied()
-                .unwrap_or_else(|| sub.default_allowance(self.free_monthly_calls));
+            let allowance = allowance_of(sub, current, &snapshots, self.free_monthly_calls);
             let used = used.get(&(*account_id, current)).copied().unwrap_or(0);
             if remaining(allowance, used) == 0 {
                 outcome.exhausted.push(*account_id);
