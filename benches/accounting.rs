@@ -32,7 +32,7 @@ fn event(account_id: i64) -> UsageEvent {
         account_id,
         key_id: account_id,
         occurred_at: Utc::now(),
-        method: "GET".into(),
+        method: axum::http::Method::GET,
         route: "/vedic/v1/horoscope/daily".into(),
         upstream_status: 200,
     }

@@ -26,9 +26,13 @@ use crate::proxy::Upstream;
 use crate::throttle::{MarkerStore, ThrottleSettings, Throttler};
 use crate::usage::{self, Accountant, UsagePublisher};
 
-/// What every handler can reach. Cheap to clone.
+/// What every handler can reach: one shared allocation, so the router's per-request
+/// clones cost one reference count.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// The services behind [`AppState`].
+pub struct Shared {
     pub config: Arc<Config>,
     pub db: PgPool,
     pub upstream: Arc<Upstream>,
@@ -38,7 +42,15 @@ pub struct AppState {
     pub keys: KeyCache,
 }
 
-impl AppState {
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl Shared {
     /// Whether usage is metered (false in local unlimited mode).
     pub fn metering(&self) -> bool {
         self.config.usage_check.enabled
@@ -173,14 +185,14 @@ impl Gateway {
         };
         background.extend(keys.start(db.clone(), stop_background.clone()));
 
-        let state = AppState {
+        let state = AppState(Arc::new(Shared {
             upstream,
             config,
             db,
             usage: publisher,
             throttler,
             keys,
-        };
+        }));
         Ok(Self {
             state,
             accountant,

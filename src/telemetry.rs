@@ -4,6 +4,7 @@
 //! facade, rendered on the metrics listener only. [`RateLimitedLog`] keeps a failing
 //! dependency from turning every request into a log line.
 
+use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,7 +31,10 @@ pub fn init_tracing(config: &LogConfig) {
                     .with_span_list(false),
             )
             .try_init(),
-        LogFormat::Text => registry.with(tracing_subscriber::fmt::layer()).try_init(),
+        // Colour codes only for a terminal: a log file or collector gets plain text.
+        LogFormat::Text => registry
+            .with(tracing_subscriber::fmt::layer().with_ansi(std::io::stdout().is_terminal()))
+            .try_init(),
     };
     let _ = result;
 }

@@ -784,7 +784,7 @@ fn one_call_each(accounts: &[i64]) -> Vec<tollgate::usage::UsageEvent> {
             account_id,
             key_id: 0,
             occurred_at: Utc::now(),
-            method: "GET".into(),
+            method: axum::http::Method::GET,
             route: PATH.into(),
             upstream_status: 200,
         })

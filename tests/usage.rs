@@ -44,7 +44,7 @@ fn event(account_id: i64, occurred_at: DateTime<Utc>) -> UsageEvent {
         account_id,
         key_id: 1,
         occurred_at,
-        method: "GET".into(),
+        method: axum::http::Method::GET,
         route: DAILY.into(),
         upstream_status: 200,
     }

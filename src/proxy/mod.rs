@@ -12,9 +12,12 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderName, HeaderValue, Response};
+use axum::http::{HeaderName, HeaderValue, Response, Uri, Version};
 use axum::response::IntoResponse;
 use chrono::Utc;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use secrecy::ExposeSecret;
 
 use crate::account::auth::authenticate_key;
@@ -24,10 +27,13 @@ use crate::error::ApiError;
 use crate::http::RequestId;
 use crate::usage::UsageEvent;
 
-/// How calls reach the upstream API.
+type HttpsConnector = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// How calls reach the upstream API: one keep-alive connection pool, plain HTTP or
+/// HTTPS (rustls, webpki roots), HTTP/1.1.
 #[derive(Clone)]
 pub struct Upstream {
-    client: reqwest::Client,
+    client: Client<HttpsConnector, Body>,
     base: String,
     key_header: HeaderName,
     shared_secret: Option<HeaderValue>,
@@ -36,13 +42,20 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn from_config(config: &Config) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(config.upstream_timeout().min(Duration::from_secs(10)))
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(config.upstream_timeout().min(Duration::from_secs(10))));
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(1024)
-            .tcp_nodelay(true)
-            .build()?;
+            .build(connector);
         let shared_secret = match &config.upstream.shared_secret {
             Some(secret) => {
                 let mut value = HeaderValue::from_str(secret.expose_secret()).map_err(|_| {
@@ -60,6 +73,12 @@ impl Upstream {
             shared_secret,
             timeout: config.upstream_timeout(),
         })
+    }
+
+    /// The upstream's URI for a client's path and query.
+    fn uri(&self, path_and_query: &str) -> Result<Uri, ApiError> {
+        Uri::try_from(format!("{}{}", self.base, path_and_query))
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("upstream URI: {e}")))
     }
 }
 
@@ -117,26 +136,22 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
         .uri
         .path_and_query()
         .map_or(parts.uri.path(), |pq| pq.as_str());
-    let url = format!("{}{}", upstream.base, path_and_query);
-    let route: String = parts.uri.path().chars().take(MAX_ROUTE_CHARS).collect();
-    let headers = headers::upstream_request_headers(
+    let uri = upstream.uri(path_and_query)?;
+    let method = parts.method;
+    let mut upstream_request = axum::http::Request::new(body);
+    *upstream_request.method_mut() = method.clone();
+    *upstream_request.uri_mut() = uri;
+    *upstream_request.headers_mut() = headers::upstream_request_headers(
         parts.headers,
         &upstream.key_header,
         upstream.shared_secret.as_ref(),
         &request_id.header_value(),
         client_ip,
     );
-    let has_body = !http_body_is_empty(&body);
-    let mut builder = upstream
-        .client
-        .request(parts.method.clone(), url)
-        .headers(headers);
-    if has_body {
-        builder = builder.body(reqwest::Body::wrap_stream(body.into_data_stream()));
-    }
 
     let started = Instant::now();
-    let result = tokio::time::timeout(upstream.timeout, builder.send()).await;
+    let result =
+        tokio::time::timeout(upstream.timeout, upstream.client.request(upstream_request)).await;
     metrics::histogram!("tollgate_upstream_duration_seconds")
         .record(started.elapsed().as_secs_f64());
     let upstream_response = match result {
@@ -149,10 +164,6 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
             return Err(ApiError::UpstreamTimeout);
         }
         // A connect timeout is a connect error (502), not a slow answer.
-        Ok(Err(e)) if e.is_timeout() && !e.is_connect() => {
-            metrics::counter!("tollgate_upstream_errors_total", "kind" => "timeout").increment(1);
-            return Err(ApiError::UpstreamTimeout);
-        }
         Ok(Err(e)) => {
             metrics::counter!("tollgate_upstream_errors_total", "kind" => "unreachable")
                 .increment(1);
@@ -162,26 +173,21 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
         Ok(Ok(r)) => r,
     };
 
-    let status = upstream_response.status();
-    state.usage.publish(UsageEvent {
-        transaction_id: request_id.0,
-        account_id: principal.account_id,
-        key_id: principal.key_id,
-        occurred_at: now,
-        method: parts.method.to_string(),
-        route,
-        upstream_status: status.as_u16(),
-    });
+    let (mut response, body) = upstream_response.into_parts();
+    if state.usage.enabled() {
+        state.usage.publish(UsageEvent {
+            transaction_id: request_id.0,
+            account_id: principal.account_id,
+            key_id: principal.key_id,
+            occurred_at: now,
+            method,
+            route: parts.uri.path().chars().take(MAX_ROUTE_CHARS).collect(),
+            upstream_status: response.status.as_u16(),
+        });
+    }
 
-    let mut response_headers = upstream_response.headers().clone();
-    headers::strip_hop_by_hop(&mut response_headers);
-    let mut response = Response::new(Body::from_stream(upstream_response.bytes_stream()));
-    *response.status_mut() = status;
-    *response.headers_mut() = response_headers;
-    Ok(response)
-}
-
-fn http_body_is_empty(body: &Body) -> bool {
-    use axum::body::HttpBody as _;
-    body.size_hint().exact() == Some(0)
+    headers::strip_hop_by_hop(&mut response.headers);
+    response.version = Version::HTTP_11;
+    response.extensions = Default::default();
+    Ok(Response::from_parts(response, Body::new(body)))
 }

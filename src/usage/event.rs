@@ -19,7 +19,7 @@ pub struct UsageEvent {
     pub key_id: i64,
     /// Picks the UTC month the call counts in.
     pub occurred_at: DateTime<Utc>,
-    pub method: String,
+    pub method: axum::http::Method,
     pub route: String,
     pub upstream_status: u16,
 }
@@ -58,6 +58,11 @@ pub fn queue(capacity: usize) -> (UsagePublisher, mpsc::Receiver<UsageEvent>) {
 }
 
 impl UsagePublisher {
+    /// Whether events are accepted at all (false with metering off).
+    pub fn enabled(&self) -> bool {
+        self.tx.is_some()
+    }
+
     /// A publisher that accepts nothing (metering off).
     pub fn disabled() -> Self {
         Self {
