@@ -16,10 +16,13 @@ use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tollgate::throttle::Throttler;
+use tollgate::usage::listener::ListenerSettings;
 use tollgate::usage::{Accountant, UsageEvent};
 use uuid::Uuid;
 
 const BATCH: usize = 1_000;
+/// The listener's default linger, as a deployment runs it.
+const LINGER: Duration = Duration::from_millis(10);
 
 fn admin_url() -> String {
     std::env::var("TOLLGATE_TEST_DATABASE_URL")
@@ -76,9 +79,12 @@ async fn through_listener(
     let listener = tokio::spawn(tollgate::usage::listener::run(
         accountant,
         rx,
-        BATCH,
+        ListenerSettings {
+            batch_size: BATCH,
+            batch_linger: LINGER,
+            drain_timeout: Duration::from_secs(600),
+        },
         stop.clone(),
-        Duration::from_secs(600),
     ));
     let started = Instant::now();
     match rate {

@@ -154,9 +154,8 @@ impl Gateway {
             let task = tokio::spawn(usage::listener::run(
                 accountant.clone(),
                 rx,
-                config.usage_check.batch_size,
+                usage::listener::ListenerSettings::from_config(&config.usage_check),
                 stop_listener.clone(),
-                Duration::from_millis(config.usage_check.drain_timeout_ms),
             ));
             (publisher, Some(accountant), Some(task))
         } else {

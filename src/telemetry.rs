@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -18,10 +19,11 @@ use crate::config::{LogConfig, LogFormat};
 
 /// Installs the global tracing subscriber. Later calls do nothing.
 pub fn init_tracing(config: &LogConfig) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&config.filter))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let registry = tracing_subscriber::registry().with(filter);
+    let directives = std::env::var(EnvFilter::DEFAULT_ENV)
+        .ok()
+        .filter(|d| !d.trim().is_empty())
+        .unwrap_or_else(|| config.filter.clone());
+    let registry = tracing_subscriber::registry().with(filter(&directives));
     let result = match config.format {
         LogFormat::Json => registry
             .with(
@@ -37,6 +39,21 @@ pub fn init_tracing(config: &LogConfig) {
             .try_init(),
     };
     let _ = result;
+}
+
+/// The log filter for `directives`. Levels by target (`info`,
+/// `tollgate=debug,sqlx=warn`) get the static [`Targets`] filter; span and field
+/// directives (`[request{account_id=7}]=debug`) need [`EnvFilter`], which takes a lock
+/// on every span enter and exit, so it is used only when they are asked for. What
+/// neither parses falls back to `info`.
+fn filter(directives: &str) -> Box<dyn Layer<Registry> + Send + Sync> {
+    if let Ok(targets) = directives.parse::<Targets>() {
+        return Box::new(targets);
+    }
+    match EnvFilter::try_new(directives) {
+        Ok(env) => Box::new(env),
+        Err(_) => Box::new(Targets::new().with_default(tracing::Level::INFO)),
+    }
 }
 
 static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();

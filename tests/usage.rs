@@ -617,8 +617,13 @@ async fn a_listener_survives_an_event_the_database_refuses() {
     let pool = &db.pool;
     let (id, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
     let (publisher, rx) = tollgate::usage::event::queue(16);
-    let (stop, drain) = (CancellationToken::new(), Duration::from_secs(10));
-    let run = tollgate::usage::listener::run(accountant(pool), rx, 16, stop.clone(), drain);
+    let stop = CancellationToken::new();
+    let settings = tollgate::usage::listener::ListenerSettings {
+        batch_size: 16,
+        batch_linger: Duration::from_millis(10),
+        drain_timeout: Duration::from_secs(10),
+    };
+    let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
     let listener = tokio::spawn(run);
     let now = Utc::now();
     let mut poisoned = event(id, now);
@@ -637,8 +642,44 @@ async fn a_listener_survives_an_event_the_database_refuses() {
 }
 
 #[tokio::test]
+async fn a_batch_waits_its_linger_for_more_events() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let (id, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
+    let (publisher, rx) = tollgate::usage::event::queue(16);
+    let stop = CancellationToken::new();
+    let settings = tollgate::usage::listener::ListenerSettings {
+        batch_size: 16,
+        batch_linger: Duration::from_secs(2),
+        drain_timeout: Duration::from_secs(10),
+    };
+    let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
+    let listener = tokio::spawn(run);
+    let now = Utc::now();
+    publisher.publish(event(id, now));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    publisher.publish(event(id, now));
+    let ledger = "SELECT count(*) FROM subscription_tracking WHERE account_id = $1";
+    wait_until("both events accounted", || async {
+        scalar::<i64>(pool, ledger, id).await == 2
+    })
+    .await;
+    // `recorded_at` is the transaction's start: one value means one transaction.
+    let transactions = "SELECT count(DISTINCT recorded_at) FROM subscription_tracking
+                        WHERE account_id = $1";
+    assert_eq!(scalar::<i64>(pool, transactions, id).await, 1);
+    stop.cancel();
+    listener.await.unwrap();
+}
+
+#[tokio::test]
 async fn a_full_queue_drops_events_without_touching_responses() {
-    let mut app = spawn_app_with(|c| c.usage_check.queue_capacity = 1).await;
+    // No linger: the listener takes the first event alone and blocks on its lock.
+    let mut app = spawn_app_with(|c| {
+        c.usage_check.queue_capacity = 1;
+        c.usage_check.batch_linger_ms = 0;
+    })
+    .await;
     let customer = app.signup().await;
     let lock = lock_account(&app.db.pool, customer.account_id).await;
     for _ in 0..10 {

@@ -214,6 +214,9 @@ pub struct UsageCheckConfig {
     /// Most events accounted in one transaction.
     #[serde(deserialize_with = "lenient")]
     pub batch_size: usize,
+    /// How long a batch that is not full waits for more events.
+    #[serde(deserialize_with = "lenient")]
+    pub batch_linger_ms: u64,
     /// How long shutdown may spend draining the queue into PostgreSQL.
     #[serde(deserialize_with = "lenient")]
     pub drain_timeout_ms: u64,
@@ -225,6 +228,7 @@ impl Default for UsageCheckConfig {
             enabled: true,
             queue_capacity: 10_000,
             batch_size: 1_000,
+            batch_linger_ms: 10,
             drain_timeout_ms: 10_000,
         }
     }
