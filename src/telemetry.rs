@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::filter::Targets;
-use tracing_subscriber::{EnvFilter, Layer, Registry};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use crate::config::{LogConfig, LogFormat};
 
@@ -23,7 +23,7 @@ pub fn init_tracing(config: &LogConfig) {
         .ok()
         .filter(|d| !d.trim().is_empty())
         .unwrap_or_else(|| config.filter.clone());
-    let registry = tracing_subscriber::registry().with(filter(&directives));
+    let registry = tracing_subscriber::registry().with(LogFilter::parse(&directives).layer());
     let result = match config.format {
         LogFormat::Json => registry
             .with(
@@ -46,13 +46,28 @@ pub fn init_tracing(config: &LogConfig) {
 /// directives (`[request{account_id=7}]=debug`) need [`EnvFilter`], which takes a lock
 /// on every span enter and exit, so it is used only when they are asked for. What
 /// neither parses falls back to `info`.
-fn filter(directives: &str) -> Box<dyn Layer<Registry> + Send + Sync> {
-    if let Ok(targets) = directives.parse::<Targets>() {
-        return Box::new(targets);
+#[allow(clippy::large_enum_variant)] // built once, at startup
+enum LogFilter {
+    Targets(Targets),
+    Env(EnvFilter),
+}
+
+impl LogFilter {
+    fn parse(directives: &str) -> Self {
+        if let Ok(targets) = directives.parse::<Targets>() {
+            return Self::Targets(targets);
+        }
+        match EnvFilter::try_new(directives) {
+            Ok(env) => Self::Env(env),
+            Err(_) => Self::Targets(Targets::new().with_default(tracing::Level::INFO)),
+        }
     }
-    match EnvFilter::try_new(directives) {
-        Ok(env) => Box::new(env),
-        Err(_) => Box::new(Targets::new().with_default(tracing::Level::INFO)),
+
+    fn layer(self) -> Box<dyn Layer<Registry> + Send + Sync> {
+        match self {
+            Self::Targets(targets) => Box::new(targets),
+            Self::Env(env) => Box::new(env),
+        }
     }
 }
 
@@ -150,5 +165,21 @@ mod tests {
         assert!(!log.allow());
         assert!(!log.allow());
         assert_eq!(log.take_suppressed(), 2);
+    }
+
+    #[test]
+    fn levels_by_target_use_the_static_filter() {
+        for directives in ["info", "tollgate=debug,sqlx=warn,info"] {
+            assert!(matches!(
+                LogFilter::parse(directives),
+                LogFilter::Targets(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn span_and_field_directives_keep_their_meaning() {
+        let filter = LogFilter::parse("info,[request{account_id=7}]=debug");
+        assert!(matches!(filter, LogFilter::Env(_)));
     }
 }

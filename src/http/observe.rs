@@ -92,7 +92,6 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         method = %method,
         route = %route,
         account_id = tracing::field::Empty,
-        status = tracing::field::Empty,
     );
     let started = Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
@@ -102,9 +101,9 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         .insert(X_REQUEST_ID.clone(), id.header_value());
 
     let elapsed = started.elapsed();
-    span.record("status", status.as_u16());
     span.in_scope(|| {
         tracing::debug!(
+            status = status.as_u16(),
             latency_ms = elapsed.as_secs_f64() * 1000.0,
             "request finished"
         );
