@@ -82,6 +82,7 @@ async fn through_listener(
         ListenerSettings {
             batch_size: BATCH,
             batch_linger: LINGER,
+            concurrent_batches: 2,
             drain_timeout: Duration::from_secs(600),
         },
         stop.clone(),

@@ -621,6 +621,7 @@ async fn a_listener_survives_an_event_the_database_refuses() {
     let settings = tollgate::usage::listener::ListenerSettings {
         batch_size: 16,
         batch_linger: Duration::from_millis(10),
+        concurrent_batches: 2,
         drain_timeout: Duration::from_secs(10),
     };
     let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
@@ -651,6 +652,7 @@ async fn a_batch_waits_its_linger_for_more_events() {
     let settings = tollgate::usage::listener::ListenerSettings {
         batch_size: 16,
         batch_linger: Duration::from_secs(2),
+        concurrent_batches: 2,
         drain_timeout: Duration::from_secs(10),
     };
     let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
@@ -673,11 +675,57 @@ async fn a_batch_waits_its_linger_for_more_events() {
 }
 
 #[tokio::test]
+async fn a_batch_waiting_on_a_locked_account_does_not_hold_up_the_next() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let (stuck, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
+    let (other, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
+    let (publisher, rx) = tollgate::usage::event::queue(16);
+    let stop = CancellationToken::new();
+    let settings = tollgate::usage::listener::ListenerSettings {
+        batch_size: 16,
+        batch_linger: Duration::ZERO,
+        concurrent_batches: 2,
+        drain_timeout: Duration::from_secs(10),
+    };
+    let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
+    let listener = tokio::spawn(run);
+    let lock = lock_account(pool, stuck).await;
+    let now = Utc::now();
+    publisher.publish(event(stuck, now));
+    let rows = "SELECT count(*) FROM subscription_tracking WHERE account_id = $1";
+    let waiting = "SELECT count(*) FROM pg_stat_activity
+                   WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    wait_until("the first batch waits on the lock", || async {
+        let query = sqlx::query_scalar::<_, i64>(waiting);
+        query.fetch_one(pool).await.unwrap() == 1
+    })
+    .await;
+
+    publisher.publish(event(other, now));
+    wait_until("the other account's call accounted meanwhile", || async {
+        scalar::<i64>(pool, rows, other).await == 1
+    })
+    .await;
+    assert_eq!(scalar::<i64>(pool, rows, stuck).await, 0);
+
+    lock.rollback().await.unwrap();
+    wait_until("the stuck call accounted once the lock is gone", || async {
+        scalar::<i64>(pool, rows, stuck).await == 1
+    })
+    .await;
+    stop.cancel();
+    listener.await.unwrap();
+}
+
+#[tokio::test]
 async fn a_full_queue_drops_events_without_touching_responses() {
-    // No linger: the listener takes the first event alone and blocks on its lock.
+    // One batch at a time and no linger: the listener takes the first event alone and
+    // blocks on its lock.
     let mut app = spawn_app_with(|c| {
         c.usage_check.queue_capacity = 1;
         c.usage_check.batch_linger_ms = 0;
+        c.usage_check.concurrent_batches = 1;
     })
     .await;
     let customer = app.signup().await;

@@ -138,8 +138,14 @@ impl Config {
         if self.database.max_connections == 0 {
             return fail("database.max_connections must be at least 1".into());
         }
-        if self.usage_check.queue_capacity == 0 || self.usage_check.batch_size == 0 {
-            return fail("usage_check.queue_capacity and batch_size must be at least 1".into());
+        if self.usage_check.queue_capacity == 0
+            || self.usage_check.batch_size == 0
+            || self.usage_check.concurrent_batches == 0
+        {
+            return fail(
+                "usage_check.queue_capacity, batch_size and concurrent_batches must be at least 1"
+                    .into(),
+            );
         }
         if self.usage.free_monthly_calls < 0 {
             return fail("usage.free_monthly_calls must not be negative".into());

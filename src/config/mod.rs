@@ -217,6 +217,9 @@ pub struct UsageCheckConfig {
     /// How long a batch that is not full waits for more events.
     #[serde(deserialize_with = "lenient")]
     pub batch_linger_ms: u64,
+    /// Most batches accounted at once, each in its own transaction and connection.
+    #[serde(deserialize_with = "lenient")]
+    pub concurrent_batches: usize,
     /// How long shutdown may spend draining the queue into PostgreSQL.
     #[serde(deserialize_with = "lenient")]
     pub drain_timeout_ms: u64,
@@ -229,6 +232,7 @@ impl Default for UsageCheckConfig {
             queue_capacity: 10_000,
             batch_size: 1_000,
             batch_linger_ms: 10,
+            concurrent_batches: 2,
             drain_timeout_ms: 10_000,
         }
     }

@@ -5,10 +5,12 @@
 //! and then split so one bad event cannot take the others with it. Shutdown drains
 //! what is queued within a bound.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use chrono::Utc;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::Accountant;
@@ -77,6 +79,8 @@ pub struct ListenerSettings {
     /// A few milliseconds of accounting lag turn a transaction per handful of calls
     /// into one per hundreds, which is what PostgreSQL's CPU and WAL pay for.
     pub batch_linger: Duration,
+    /// Most batches accounted at once, each in its own transaction.
+    pub concurrent_batches: usize,
     /// Bound of the shutdown drain.
     pub drain_timeout: Duration,
 }
@@ -86,6 +90,7 @@ impl ListenerSettings {
         Self {
             batch_size: config.batch_size,
             batch_linger: Duration::from_millis(config.batch_linger_ms),
+            concurrent_batches: config.concurrent_batches,
             drain_timeout: Duration::from_millis(config.drain_timeout_ms),
         }
     }
@@ -93,72 +98,117 @@ impl ListenerSettings {
 
 /// Runs the listener until `stop` fires, then drains what is queued within the
 /// settings' `drain_timeout`.
+///
+/// Up to `concurrent_batches` batches are accounted at once, each in its own
+/// transaction on its own connection. Their order does not matter: ledger rows are
+/// idempotent, counters add up, and account rows are locked in id order, so batches
+/// that share accounts wait for each other instead of deadlocking.
 pub async fn run(
     accountant: Accountant,
     mut rx: mpsc::Receiver<UsageEvent>,
     settings: ListenerSettings,
     stop: CancellationToken,
 ) {
-    let ListenerSettings {
-        batch_size,
-        batch_linger,
-        drain_timeout,
-    } = settings;
-    let mut batch = Vec::with_capacity(batch_size);
+    let mut in_flight: JoinSet<Option<Vec<UsageEvent>>> = JoinSet::new();
+    // Batches handed back unaccounted on stop, for the drain.
+    let mut pending: VecDeque<Vec<UsageEvent>> = VecDeque::new();
     loop {
-        let received = tokio::select! {
-            n = rx.recv_many(&mut batch, batch_size) => n,
-            _ = stop.cancelled() => break,
-        };
-        if received == 0 {
+        while in_flight.len() >= settings.concurrent_batches.max(1) {
+            tokio::select! {
+                Some(done) = in_flight.join_next() => pending.extend(handed_back(done)),
+                _ = stop.cancelled() => break,
+            }
+        }
+        if stop.is_cancelled() {
             break;
         }
-        if batch.len() < batch_size && !batch_linger.is_zero() {
-            let until = tokio::time::Instant::now() + batch_linger;
-            while batch.len() < batch_size {
-                let room = batch_size - batch.len();
-                tokio::select! {
-                    n = rx.recv_many(&mut batch, room) => if n == 0 { break },
-                    _ = tokio::time::sleep_until(until) => break,
-                    _ = stop.cancelled() => break,
-                }
-            }
+        let batch = next_batch(&mut rx, &settings, &stop).await;
+        if batch.is_empty() {
+            break;
         }
         record_batch(&batch, rx.len());
         // A batch stuck on an unreachable database must not hold shutdown up: on stop
         // the attempt is abandoned (its transaction rolls back) and the batch is
         // accounted by the bounded drain below.
-        let done = tokio::select! {
-            _ = accountant.account_resilient(&batch) => true,
-            _ = stop.cancelled() => false,
-        };
-        if !done {
-            break;
-        }
-        batch.clear();
+        let (accountant, stop) = (accountant.clone(), stop.clone());
+        in_flight.spawn(async move {
+            tokio::select! {
+                _ = accountant.account_resilient(&batch) => None,
+                _ = stop.cancelled() => Some(batch),
+            }
+        });
+    }
+    while let Some(done) = in_flight.join_next().await {
+        pending.extend(handed_back(done));
     }
 
     rx.close();
-    let drained = tokio::time::timeout(drain_timeout, async {
-        if !batch.is_empty() {
-            accountant.account_resilient(&batch).await;
-            batch.clear();
-        }
-        while rx.recv_many(&mut batch, batch_size).await > 0 {
-            record_batch(&batch, rx.len());
-            accountant.account_resilient(&batch).await;
-            batch.clear();
+    let drained = tokio::time::timeout(settings.drain_timeout, async {
+        loop {
+            if pending.is_empty() {
+                let mut batch = Vec::with_capacity(settings.batch_size);
+                if rx.recv_many(&mut batch, settings.batch_size).await == 0 {
+                    break;
+                }
+                record_batch(&batch, rx.len());
+                pending.push_back(batch);
+            }
+            if let Some(batch) = pending.front() {
+                accountant.account_resilient(batch).await;
+                pending.pop_front();
+            }
         }
     })
     .await;
     if drained.is_err() {
-        let lost = batch.len() + rx.len();
+        let lost = pending.iter().map(Vec::len).sum::<usize>() + rx.len();
         metrics::counter!("tollgate_usage_events_dropped_total", "reason" => "shutdown")
             .increment(lost as u64);
         tracing::error!(lost, "usage queue not drained before the shutdown deadline");
     } else {
         tracing::info!("usage queue drained");
     }
+}
+
+/// The next batch: what is queued (waiting for a first event), then what arrives
+/// within the linger, up to the batch size. Empty when the queue is closed or `stop`
+/// fires before a first event.
+async fn next_batch(
+    rx: &mut mpsc::Receiver<UsageEvent>,
+    settings: &ListenerSettings,
+    stop: &CancellationToken,
+) -> Vec<UsageEvent> {
+    let size = settings.batch_size;
+    let mut batch = Vec::with_capacity(size);
+    tokio::select! {
+        _ = rx.recv_many(&mut batch, size) => {}
+        _ = stop.cancelled() => return batch,
+    }
+    if batch.is_empty() || settings.batch_linger.is_zero() {
+        return batch;
+    }
+    let until = tokio::time::Instant::now() + settings.batch_linger;
+    while batch.len() < size {
+        let room = size - batch.len();
+        tokio::select! {
+            n = rx.recv_many(&mut batch, room) => if n == 0 { break },
+            _ = tokio::time::sleep_until(until) => break,
+            _ = stop.cancelled() => break,
+        }
+    }
+    batch
+}
+
+/// The batch a finished accounting task hands back unaccounted (it was stopped).
+fn handed_back(
+    done: Result<Option<Vec<UsageEvent>>, tokio::task::JoinError>,
+) -> Option<Vec<UsageEvent>> {
+    done.unwrap_or_else(|e| {
+        // `account_resilient` handles every database error itself; a panic is a bug.
+        metrics::counter!("tollgate_usage_events_failed_total").increment(1);
+        tracing::error!(error = %e, "usage accounting task failed");
+        None
+    })
 }
 
 fn record_batch(batch: &[UsageEvent], depth: usize) {
