@@ -323,3 +323,36 @@ async fn shutdown_lets_in_flight_calls_finish_and_stops_accepting() {
     let fresh = common::client();
     assert!(fresh.get(app.url("/healthz")).send().await.is_err());
 }
+
+#[tokio::test]
+async fn an_https_upstream_must_present_a_trusted_certificate() {
+    tollgate::app::install_crypto();
+    // An HTTPS server whose self-signed certificate no public root vouches for.
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let tls = axum_server::tls_rustls::RustlsConfig::from_pem(
+        cert.cert.pem().into_bytes(),
+        cert.signing_key.serialize_pem().into_bytes(),
+    )
+    .await
+    .unwrap();
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = reached.clone();
+    let untrusted = axum::Router::new().fallback(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { "secret-bearing request received" }
+    });
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = axum_server::from_tcp_rustls(listener, tls).serve(untrusted.into_make_service());
+    let server = tokio::spawn(server);
+
+    let app = spawn_app_with(|c| c.upstream.base_url = format!("https://localhost:{port}")).await;
+    let customer = app.signup().await;
+    let res = app.call("/vedic/v1/daily", &customer.api_key).await;
+    assert_eq!(
+        code_of(res).await,
+        (StatusCode::BAD_GATEWAY, "UPSTREAM_UNAVAILABLE".into())
+    );
+    assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0);
+    server.abort();
+}
