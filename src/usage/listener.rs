@@ -1,4 +1,5 @@
-//! The usage listener: takes queued events in batches and has them accounted.
+//! The usage listener: takes queued events in batches (waiting a short linger for a
+//! fuller one) and has up to `concurrent_batches` of them accounted at once.
 //!
 //! Database errors never kill the task: while PostgreSQL is unreachable a batch waits
 //! (the bounded queue decides what is dropped), a batch PostgreSQL refuses is retried
