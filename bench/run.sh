@@ -3,14 +3,16 @@
 # tollgate in local unlimited mode and tollgate in full mode (metering, throttling
 # against a local Cloudflare KV server, 10,000 seeded accounts, a few exhausted), all
 # driven by the same load generator (examples/loadgen.rs): closed loop at fixed
-# concurrency, then a fixed rate of half nginx's closed-loop maximum. Prints one table
+# concurrency, then a fixed rate of half nginx's closed-loop maximum, each in
+# BENCH_ROUNDS interleaved rounds (each target's median round counts). Prints one table
 # and writes the figures as JSON under bench/results/. Installs nginx when missing,
 # cleans up every process it started.
 #
-#   bench/run.sh                       10 s per phase
-#   BENCH_DURATION=1 BENCH_WARMUP=0.5 BENCH_RESULTS=/tmp bench/run.sh   smoke run
+#   bench/run.sh                       3 rounds of 10 s per phase and target
+#   BENCH_ROUNDS=1 BENCH_DURATION=1 BENCH_WARMUP=0.5 BENCH_RESULTS=/tmp bench/run.sh   smoke run
 #
-# Environment: BENCH_DURATION (seconds measured per phase and target, default 10),
+# Environment: BENCH_DURATION (seconds measured per phase, round and target, default 10),
+# BENCH_ROUNDS (rounds per phase, default 3),
 # BENCH_WARMUP (seconds before measuring, default 2), BENCH_CONCURRENCY (connections,
 # default 64), BENCH_ACCOUNTS (default 10000), BENCH_EXHAUSTED (default 10),
 # BENCH_PORT_BASE (default 19100: ports BASE..BASE+4 and BASE+12, BASE+13),
@@ -22,6 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${BENCH_DURATION:-10}
+ROUNDS=${BENCH_ROUNDS:-3}
 WARMUP=${BENCH_WARMUP:-2}
 CONCURRENCY=${BENCH_CONCURRENCY:-64}
 ACCOUNTS=${BENCH_ACCOUNTS:-10000}
@@ -282,25 +285,46 @@ JSON
 }
 
 drive() {
-    local phase=$1 target=$2 port=$3
-    shift 3
-    say "$phase: $target"
+    local phase=$1 target=$2 port=$3 round=$4
+    shift 4
+    say "$phase: $target (round $round of $ROUNDS)"
     "$EX/loadgen" --url "http://127.0.0.1:$port" --keys "$KEYS" \
         --concurrency "$CONCURRENCY" --duration "$DURATION" --warmup "$WARMUP" \
-        --label "$target" "$@" >"$RUN/$phase-$target.json"
+        --label "$target" "$@" >"$RUN/$phase-$target.round$round.json"
 }
 
-for target in upstream:$UPSTREAM_PORT nginx:$NGINX_PORT local:$LOCAL_PORT full:$FULL_PORT; do
-    drive closed "${target%%:*}" "${target##*:}"
+rps_of() { grep -o '"rps":[0-9.e+-]*' "$1" | head -n1 | cut -d: -f2; }
+
+# Rounds interleave the targets, so a drift in the shared machine's speed touches them
+# all alike; each target's figures are those of its median round by throughput.
+pick_median_rounds() {
+    local phase=$1 target median
+    for target in upstream nginx local full; do
+        median=$(for f in "$RUN/$phase-$target".round*.json; do
+            printf '%s %s\n' "$(rps_of "$f")" "$f"
+        done | sort -g | awk '{ f[NR] = $2 } END { print f[int((NR + 1) / 2)] }')
+        cp "$median" "$RUN/$phase-$target.json"
+    done
+}
+
+TARGETS="upstream:$UPSTREAM_PORT nginx:$NGINX_PORT local:$LOCAL_PORT full:$FULL_PORT"
+for round in $(seq 1 "$ROUNDS"); do
+    for target in $TARGETS; do
+        drive closed "${target%%:*}" "${target##*:}" "$round"
+    done
 done
+pick_median_rounds closed
 account_phase closed
 
-NGINX_RPS=$(grep -o '"rps":[0-9.e+-]*' "$RUN/closed-nginx.json" | head -n1 | cut -d: -f2)
+NGINX_RPS=$(rps_of "$RUN/closed-nginx.json")
 RATE=$(awk -v r="$NGINX_RPS" 'BEGIN { printf "%d", r / 2 }')
 [ "$RATE" -gt 0 ] || die "nginx measured no throughput"
-for target in upstream:$UPSTREAM_PORT nginx:$NGINX_PORT local:$LOCAL_PORT full:$FULL_PORT; do
-    drive rate "${target%%:*}" "${target##*:}" --rate "$RATE"
+for round in $(seq 1 "$ROUNDS"); do
+    for target in $TARGETS; do
+        drive rate "${target%%:*}" "${target##*:}" "$round" --rate "$RATE"
+    done
 done
+pick_median_rounds rate
 account_phase rate
 
 # --- report -------------------------------------------------------------------------
@@ -312,7 +336,7 @@ cat >"$RUN/machine.json" <<JSON
  "rustc": "$(rustc --version | cut -d' ' -f2)",
  "commit": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)",
  "started_at": "$STARTED_AT",
- "duration_s": $DURATION, "warmup_s": $WARMUP, "concurrency": $CONCURRENCY,
+ "duration_s": $DURATION, "warmup_s": $WARMUP, "rounds": $ROUNDS, "concurrency": $CONCURRENCY,
  "accounts": $ACCOUNTS, "exhausted_accounts": $EXHAUSTED, "fixed_rate": $RATE,
  "database_url_params": "$DB_PARAMS",
  "reconcile": $RECONCILED}

@@ -1,7 +1,8 @@
 //! Turns one benchmark run's raw files into the table and the results JSON.
 //!
 //! `bench/run.sh` leaves in its run folder one `loadgen` output per phase and target
-//! (`closed-upstream.json`, ..., `rate-full.json`), one `accounting-<phase>.json` per
+//! (`closed-upstream.json`, ..., `rate-full.json`: the target's median round; every
+//! round is kept as `<phase>-<target>.round<N>.json`), one `accounting-<phase>.json` per
 //! full-mode phase (metrics scraped after the load stopped, ledger rows, lag) and
 //! `machine.json`. This prints the table and writes the combined JSON to `--out`.
 //!
@@ -56,6 +57,23 @@ fn upstream_answers(run: &Value) -> u64 {
         .unwrap_or(0)
 }
 
+/// Every round of full mode in `phase` (`<phase>-full.round<N>.json`), or `counted`
+/// alone when the run had no rounds.
+fn full_mode_rounds(dir: &Path, phase: &str, counted: &Value) -> anyhow::Result<Vec<Value>> {
+    let prefix = format!("{phase}-full.round");
+    let mut rounds = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&prefix) && name.ends_with(".json") {
+            rounds.push(read(dir, &name)?);
+        }
+    }
+    if rounds.is_empty() {
+        rounds.push(counted.clone());
+    }
+    Ok(rounds)
+}
+
 fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { f64::NAN }
 }
@@ -71,11 +89,12 @@ fn main() -> anyhow::Result<()> {
 
     println!();
     println!(
-        "tollgate benchmark: {} cores, {}, {} s per phase after {} s warmup, {} connections",
+        "tollgate benchmark: {} cores, {}, {} s per phase after {} s warmup, median of {} interleaved rounds, {} connections",
         machine["nproc"],
         machine["cpu"].as_str().unwrap_or("?"),
         machine["duration_s"],
         machine["warmup_s"],
+        machine["rounds"].as_u64().unwrap_or(1),
         machine["concurrency"]
     );
     for phase in PHASES {
@@ -139,10 +158,13 @@ fn main() -> anyhow::Result<()> {
         if responses_so_far == 0 {
             responses_so_far = acc["probe_calls"].as_u64().unwrap_or(0);
         }
-        responses_so_far += upstream_answers(&runs[3]);
-        // A request the generator gave up on may still have been answered upstream
-        // (and so accounted): the ledger may exceed the answers seen by that many.
-        unanswered_so_far += runs[3]["errors"].as_u64().unwrap_or(0);
+        // Every round of full mode fed the ledger, not only the one whose figures count.
+        for run in full_mode_rounds(dir, phase, &runs[3])? {
+            responses_so_far += upstream_answers(&run);
+            // A request the generator gave up on may still have been answered upstream
+            // (and so accounted): the ledger may exceed the answers seen by that many.
+            unanswered_so_far += run["errors"].as_u64().unwrap_or(0);
+        }
         let ledger = acc["ledger_rows"].as_u64().unwrap_or(0);
         let mut acc_out = acc.clone();
         acc_out["upstream_responses"] = json!(responses_so_far);
