@@ -83,6 +83,7 @@ async fn through_listener(
             batch_size: BATCH,
             batch_linger: LINGER,
             concurrent_batches: 2,
+            account_lanes: 2,
             drain_timeout: Duration::from_secs(600),
         },
         stop.clone(),

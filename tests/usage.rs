@@ -622,6 +622,7 @@ async fn a_listener_survives_an_event_the_database_refuses() {
         batch_size: 16,
         batch_linger: Duration::from_millis(10),
         concurrent_batches: 2,
+        account_lanes: 2,
         drain_timeout: Duration::from_secs(10),
     };
     let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
@@ -653,6 +654,7 @@ async fn a_batch_waits_its_linger_for_more_events() {
         batch_size: 16,
         batch_linger: Duration::from_secs(2),
         concurrent_batches: 2,
+        account_lanes: 2,
         drain_timeout: Duration::from_secs(10),
     };
     let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
@@ -686,6 +688,7 @@ async fn a_batch_waiting_on_a_locked_account_does_not_hold_up_the_next() {
         batch_size: 16,
         batch_linger: Duration::ZERO,
         concurrent_batches: 2,
+        account_lanes: 2,
         drain_timeout: Duration::from_secs(10),
     };
     let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
@@ -711,6 +714,49 @@ async fn a_batch_waiting_on_a_locked_account_does_not_hold_up_the_next() {
 
     lock.rollback().await.unwrap();
     wait_until("the stuck call accounted once the lock is gone", || async {
+        scalar::<i64>(pool, rows, stuck).await == 1
+    })
+    .await;
+    stop.cancel();
+    listener.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_batch_is_accounted_in_lanes_that_do_not_wait_for_each_other() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let (stuck, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
+    let (other, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
+    assert_ne!(
+        stuck % 2,
+        other % 2,
+        "the two accounts fall in different lanes"
+    );
+    let (publisher, rx) = tollgate::usage::event::queue(16);
+    let stop = CancellationToken::new();
+    let settings = tollgate::usage::listener::ListenerSettings {
+        batch_size: 16,
+        batch_linger: Duration::from_millis(200),
+        concurrent_batches: 1,
+        account_lanes: 2,
+        drain_timeout: Duration::from_secs(10),
+    };
+    let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
+    let listener = tokio::spawn(run);
+    let lock = lock_account(pool, stuck).await;
+    let now = Utc::now();
+    // One batch (the linger gathers both) holding a locked account and another one.
+    publisher.publish(event(stuck, now));
+    publisher.publish(event(other, now));
+    let rows = "SELECT count(*) FROM subscription_tracking WHERE account_id = $1";
+    wait_until("the other account's lane accounted", || async {
+        scalar::<i64>(pool, rows, other).await == 1
+    })
+    .await;
+    assert_eq!(scalar::<i64>(pool, rows, stuck).await, 0);
+
+    lock.rollback().await.unwrap();
+    wait_until("the locked account's lane accounted", || async {
         scalar::<i64>(pool, rows, stuck).await == 1
     })
     .await;

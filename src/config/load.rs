@@ -141,9 +141,11 @@ impl Config {
         if self.usage_check.queue_capacity == 0
             || self.usage_check.batch_size == 0
             || self.usage_check.concurrent_batches == 0
+            || self.usage_check.account_lanes == 0
         {
             return fail(
-                "usage_check.queue_capacity, batch_size and concurrent_batches must be at least 1"
+                "usage_check.queue_capacity, batch_size, concurrent_batches and account_lanes \
+                 must be at least 1"
                     .into(),
             );
         }

@@ -220,6 +220,9 @@ pub struct UsageCheckConfig {
     /// Most batches accounted at once, each in its own transaction and connection.
     #[serde(deserialize_with = "lenient")]
     pub concurrent_batches: usize,
+    /// Transactions each batch is split into by account, run concurrently.
+    #[serde(deserialize_with = "lenient")]
+    pub account_lanes: usize,
     /// How long shutdown may spend draining the queue into PostgreSQL.
     #[serde(deserialize_with = "lenient")]
     pub drain_timeout_ms: u64,
@@ -233,6 +236,7 @@ impl Default for UsageCheckConfig {
             batch_size: 1_000,
             batch_linger_ms: 10,
             concurrent_batches: 2,
+            account_lanes: 2,
             drain_timeout_ms: 10_000,
         }
     }

@@ -1,5 +1,6 @@
 //! The usage listener: takes queued events in batches (waiting a short linger for a
-//! fuller one) and has up to `concurrent_batches` of them accounted at once.
+//! fuller one) and has up to `concurrent_batches` of them accounted at once, each split
+//! by account into `account_lanes` concurrent transactions.
 //!
 //! Database errors never kill the task: while PostgreSQL is unreachable a batch waits
 //! (the bounded queue decides what is dropped), a batch PostgreSQL refuses is retried
@@ -80,8 +81,10 @@ pub struct ListenerSettings {
     /// A few milliseconds of accounting lag turn a transaction per handful of calls
     /// into one per hundreds, which is what PostgreSQL's CPU and WAL pay for.
     pub batch_linger: Duration,
-    /// Most batches accounted at once, each in its own transaction.
+    /// Most batches accounted at once.
     pub concurrent_batches: usize,
+    /// Transactions a batch is split into, by account, accounted concurrently.
+    pub account_lanes: usize,
     /// Bound of the shutdown drain.
     pub drain_timeout: Duration,
 }
@@ -92,8 +95,30 @@ impl ListenerSettings {
             batch_size: config.batch_size,
             batch_linger: Duration::from_millis(config.batch_linger_ms),
             concurrent_batches: config.concurrent_batches,
+            account_lanes: config.account_lanes,
             drain_timeout: Duration::from_millis(config.drain_timeout_ms),
         }
+    }
+}
+
+impl Accountant {
+    /// Accounts `batch` as up to `lanes` concurrent transactions over disjoint sets of
+    /// accounts (by account id), which never wait for each other's row locks.
+    async fn account_in_lanes(&self, batch: &[UsageEvent], lanes: usize) {
+        let lanes = lanes.max(1);
+        if lanes == 1 {
+            return self.account_resilient(batch).await;
+        }
+        let mut split: Vec<Vec<UsageEvent>> = vec![Vec::new(); lanes];
+        for event in batch {
+            let lane = event.account_id.rem_euclid(lanes as i64) as usize;
+            split[lane].push(event.clone());
+        }
+        let work = split
+            .iter()
+            .filter(|lane| !lane.is_empty())
+            .map(|lane| self.account_resilient(lane));
+        futures_util::future::join_all(work).await;
     }
 }
 
@@ -132,9 +157,12 @@ pub async fn run(
         // the attempt is abandoned (its transaction rolls back) and the batch is
         // accounted by the bounded drain below.
         let (accountant, stop) = (accountant.clone(), stop.clone());
+        let lanes = settings.account_lanes;
         in_flight.spawn(async move {
             tokio::select! {
-                _ = accountant.account_resilient(&batch) => None,
+                _ = accountant.account_in_lanes(&batch, lanes) => None,
+                // Lanes that committed are accounted again by the drain: a no-op, since
+                // ledger rows are idempotent and counters count inserted rows only.
                 _ = stop.cancelled() => Some(batch),
             }
         });
