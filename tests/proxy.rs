@@ -356,3 +356,36 @@ async fn an_https_upstream_must_present_a_trusted_certificate() {
     assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0);
     server.abort();
 }
+
+#[tokio::test]
+async fn an_upstream_that_never_completes_the_tls_handshake_is_unreachable_not_slow() {
+    // Accepts TCP connections and holds them without a word: the handshake never ends.
+    let stalled = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = stalled.local_addr().unwrap().port();
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = stalled.accept().await {
+            held.push(socket);
+        }
+    });
+    // Longer than the 10 s bound of a connection attempt, so 504 would mean the
+    // handshake was never bounded.
+    let app = spawn_app_with(|c| {
+        c.upstream.base_url = format!("https://localhost:{port}");
+        c.upstream.timeout_ms = 20_000;
+    })
+    .await;
+    let customer = app.signup().await;
+    let started = std::time::Instant::now();
+    let res = app.call("/vedic/v1/daily", &customer.api_key).await;
+    assert_eq!(
+        code_of(res).await,
+        (StatusCode::BAD_GATEWAY, "UPSTREAM_UNAVAILABLE".into())
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    holder.abort();
+}

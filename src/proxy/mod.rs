@@ -7,7 +7,10 @@
 pub mod headers;
 pub mod path;
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -33,7 +36,7 @@ type HttpsConnector = hyper_rustls::HttpsConnector<HttpConnector>;
 /// HTTPS (rustls, webpki roots), HTTP/1.1.
 #[derive(Clone)]
 pub struct Upstream {
-    client: Client<HttpsConnector, Body>,
+    client: Client<ConnectTimeout<HttpsConnector>, Body>,
     base: String,
     key_header: HeaderName,
     shared_secret: Option<HeaderValue>,
@@ -45,12 +48,14 @@ impl Upstream {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
-        http.set_connect_timeout(Some(config.upstream_timeout().min(Duration::from_secs(10))));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+        let connector = ConnectTimeout {
+            inner: hyper_rustls::HttpsConnectorBuilder::new()
+                .with_webpki_roots()
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http),
+            timeout: config.upstream_timeout().min(MAX_CONNECT_TIMEOUT),
+        };
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60))
@@ -79,6 +84,48 @@ impl Upstream {
     fn uri(&self, path_and_query: &str) -> Result<Uri, ApiError> {
         Uri::try_from(format!("{}{}", self.base, path_and_query))
             .map_err(|e| ApiError::Internal(anyhow::anyhow!("upstream URI: {e}")))
+    }
+}
+
+/// Longest a connection attempt may take (less when `upstream.timeout_ms` is shorter).
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Bounds a whole connection attempt — DNS, TCP and the TLS handshake — so an upstream
+/// that accepts but never completes one is a connect failure (502), not a slow answer.
+#[derive(Clone)]
+pub struct ConnectTimeout<C> {
+    inner: C,
+    timeout: Duration,
+}
+
+impl<C> tower::Service<Uri> for ConnectTimeout<C>
+where
+    C: tower::Service<Uri>,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    type Response = C::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<C::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let (timeout, connecting) = (self.timeout, self.inner.call(uri));
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(connected) => connected.map_err(Into::into),
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no connection within {} ms", timeout.as_millis()),
+                )
+                .into()),
+            }
+        })
     }
 }
 
