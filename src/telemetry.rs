@@ -19,11 +19,15 @@ use crate::config::{LogConfig, LogFormat};
 
 /// Installs the global tracing subscriber. Later calls do nothing.
 pub fn init_tracing(config: &LogConfig) {
-    let directives = std::env::var(EnvFilter::DEFAULT_ENV)
+    let from_env = std::env::var(EnvFilter::DEFAULT_ENV)
         .ok()
-        .filter(|d| !d.trim().is_empty())
-        .unwrap_or_else(|| config.filter.clone());
-    let registry = tracing_subscriber::registry().with(LogFilter::parse(&directives).layer());
+        .filter(|d| !d.trim().is_empty());
+    let filter = from_env
+        .as_deref()
+        .and_then(|d| LogFilter::parse(d).or_warn(EnvFilter::DEFAULT_ENV, d))
+        .or_else(|| LogFilter::parse(&config.filter).or_warn("log.filter", &config.filter))
+        .unwrap_or_else(|| LogFilter::Targets(Targets::new().with_default(tracing::Level::INFO)));
+    let registry = tracing_subscriber::registry().with(filter.layer());
     let result = match config.format {
         LogFormat::Json => registry
             .with(
@@ -43,9 +47,8 @@ pub fn init_tracing(config: &LogConfig) {
 
 /// The log filter for `directives`. Levels by target (`info`,
 /// `tollgate=debug,sqlx=warn`) get the static [`Targets`] filter; span and field
-/// directives (`[request{account_id=7}]=debug`) need [`EnvFilter`], which takes a lock
-/// on every span enter and exit, so it is used only when they are asked for. What
-/// neither parses falls back to `info`.
+/// directives (`[request]=debug`, `[request{account_id=7}]=debug`) need [`EnvFilter`],
+/// which takes a lock on every span enter and exit, so it is used only when asked for.
 #[allow(clippy::large_enum_variant)] // built once, at startup
 enum LogFilter {
     Targets(Targets),
@@ -53,14 +56,14 @@ enum LogFilter {
 }
 
 impl LogFilter {
-    fn parse(directives: &str) -> Self {
-        if let Ok(targets) = directives.parse::<Targets>() {
-            return Self::Targets(targets);
+    /// `None` when `directives` is not a valid filter.
+    fn parse(directives: &str) -> Option<Self> {
+        // `Targets` would read a span directive as a target named `[request]`.
+        let spans = directives.contains(['[', '{']);
+        if !spans && let Ok(targets) = directives.parse::<Targets>() {
+            return Some(Self::Targets(targets));
         }
-        match EnvFilter::try_new(directives) {
-            Ok(env) => Self::Env(env),
-            Err(_) => Self::Targets(Targets::new().with_default(tracing::Level::INFO)),
-        }
+        EnvFilter::try_new(directives).ok().map(Self::Env)
     }
 
     fn layer(self) -> Box<dyn Layer<Registry> + Send + Sync> {
@@ -68,6 +71,20 @@ impl LogFilter {
             Self::Targets(targets) => Box::new(targets),
             Self::Env(env) => Box::new(env),
         }
+    }
+}
+
+trait OrWarn {
+    fn or_warn(self, source: &str, directives: &str) -> Self;
+}
+
+impl OrWarn for Option<LogFilter> {
+    /// Says on stderr (logging is not up yet) that `directives` were not usable.
+    fn or_warn(self, source: &str, directives: &str) -> Self {
+        if self.is_none() {
+            eprintln!("tollgate: ignoring {source} = {directives:?}: not a valid log filter");
+        }
+        self
     }
 }
 
@@ -170,16 +187,29 @@ mod tests {
     #[test]
     fn levels_by_target_use_the_static_filter() {
         for directives in ["info", "tollgate=debug,sqlx=warn,info"] {
-            assert!(matches!(
-                LogFilter::parse(directives),
-                LogFilter::Targets(_)
-            ));
+            let filter = LogFilter::parse(directives);
+            assert!(
+                matches!(filter, Some(LogFilter::Targets(_))),
+                "{directives}"
+            );
         }
     }
 
     #[test]
     fn span_and_field_directives_keep_their_meaning() {
-        let filter = LogFilter::parse("info,[request{account_id=7}]=debug");
-        assert!(matches!(filter, LogFilter::Env(_)));
+        for directives in [
+            "info,[request{account_id=7}]=debug",
+            "[request]=debug",
+            "tollgate[request]=debug",
+            "[request{account_id}]=debug",
+        ] {
+            let filter = LogFilter::parse(directives);
+            assert!(matches!(filter, Some(LogFilter::Env(_))), "{directives}");
+        }
+    }
+
+    #[test]
+    fn an_invalid_filter_is_refused_rather_than_guessed() {
+        assert!(LogFilter::parse("tollgate=loud").is_none());
     }
 }
