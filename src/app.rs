@@ -154,7 +154,10 @@ impl Gateway {
             let task = tokio::spawn(usage::listener::run(
                 accountant.clone(),
                 rx,
-                usage::listener::ListenerSettings::from_config(&config.usage_check),
+                usage::listener::ListenerSettings::from_config(
+                    &config.usage_check,
+                    config.database.max_connections,
+                ),
                 stop_listener.clone(),
             ));
             (publisher, Some(accountant), Some(task))

@@ -8,9 +8,11 @@
 //! what is queued within a bound.
 
 use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use chrono::Utc;
+use futures_util::FutureExt as _;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -90,14 +92,29 @@ pub struct ListenerSettings {
 }
 
 impl ListenerSettings {
-    pub fn from_config(config: &UsageCheckConfig) -> Self {
-        Self {
+    /// The configured settings, with the listener's transactions
+    /// (`concurrent_batches × account_lanes`) kept below `max_connections` so that
+    /// requests always find a database connection.
+    pub fn from_config(config: &UsageCheckConfig, max_connections: u32) -> Self {
+        let mut settings = Self {
             batch_size: config.batch_size,
             batch_linger: Duration::from_millis(config.batch_linger_ms),
-            concurrent_batches: config.concurrent_batches,
-            account_lanes: config.account_lanes,
+            concurrent_batches: config.concurrent_batches.max(1),
+            account_lanes: config.account_lanes.max(1),
             drain_timeout: Duration::from_millis(config.drain_timeout_ms),
+        };
+        let budget = (max_connections as usize).saturating_sub(1).max(1);
+        if settings.concurrent_batches * settings.account_lanes > budget {
+            settings.account_lanes = settings.account_lanes.min(budget);
+            settings.concurrent_batches = (budget / settings.account_lanes).max(1);
+            tracing::warn!(
+                max_connections,
+                concurrent_batches = settings.concurrent_batches,
+                account_lanes = settings.account_lanes,
+                "usage accounting narrowed to leave database connections for requests"
+            );
         }
+        settings
     }
 }
 
@@ -159,8 +176,18 @@ pub async fn run(
         let (accountant, stop) = (accountant.clone(), stop.clone());
         let lanes = settings.account_lanes;
         in_flight.spawn(async move {
+            let accounting = AssertUnwindSafe(accountant.account_in_lanes(&batch, lanes));
             tokio::select! {
-                _ = accountant.account_in_lanes(&batch, lanes) => None,
+                done = accounting.catch_unwind() => {
+                    if done.is_err() {
+                        // `account_resilient` handles every database error itself: a
+                        // panic is a bug, and the batch is not retried into it again.
+                        metrics::counter!("tollgate_usage_events_failed_total")
+                            .increment(batch.len() as u64);
+                        tracing::error!(events = batch.len(), "usage accounting panicked");
+                    }
+                    None
+                }
                 // Lanes that committed are accounted again by the drain: a no-op, since
                 // ledger rows are idempotent and counters count inserted rows only.
                 _ = stop.cancelled() => Some(batch),
@@ -193,7 +220,11 @@ pub async fn run(
         let lost = pending.iter().map(Vec::len).sum::<usize>() + rx.len();
         metrics::counter!("tollgate_usage_events_dropped_total", "reason" => "shutdown")
             .increment(lost as u64);
-        tracing::error!(lost, "usage queue not drained before the shutdown deadline");
+        // An upper bound: part of a batch cut off mid-way may have committed already.
+        tracing::error!(
+            at_most = lost,
+            "usage queue not drained before the shutdown deadline: events lost"
+        );
     } else {
         tracing::info!("usage queue drained");
     }
@@ -232,10 +263,9 @@ async fn next_batch(
 fn handed_back(
     done: Result<Option<Vec<UsageEvent>>, tokio::task::JoinError>,
 ) -> Option<Vec<UsageEvent>> {
+    // Tasks catch their own panics and are never aborted.
     done.unwrap_or_else(|e| {
-        // `account_resilient` handles every database error itself; a panic is a bug.
-        metrics::counter!("tollgate_usage_events_failed_total").increment(1);
-        tracing::error!(error = %e, "usage accounting task failed");
+        tracing::error!(error = %e, "usage accounting task ended abnormally");
         None
     })
 }
@@ -243,4 +273,28 @@ fn handed_back(
 fn record_batch(batch: &[UsageEvent], depth: usize) {
     metrics::histogram!("tollgate_usage_batch_size").record(batch.len() as f64);
     metrics::gauge!("tollgate_usage_queue_depth").set(depth as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(batches: usize, lanes: usize, max_connections: u32) -> (usize, usize) {
+        let config = UsageCheckConfig {
+            concurrent_batches: batches,
+            account_lanes: lanes,
+            ..Default::default()
+        };
+        let s = ListenerSettings::from_config(&config, max_connections);
+        (s.concurrent_batches, s.account_lanes)
+    }
+
+    #[test]
+    fn accounting_leaves_database_connections_for_requests() {
+        assert_eq!(settings(2, 2, 16), (2, 2));
+        assert_eq!(settings(2, 2, 4), (1, 2));
+        assert_eq!(settings(8, 4, 16), (3, 4));
+        assert_eq!(settings(2, 2, 2), (1, 1));
+        assert_eq!(settings(2, 2, 1), (1, 1));
+    }
 }
