@@ -15,14 +15,13 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tollgate::config::UsageCheckConfig;
 use tollgate::throttle::Throttler;
 use tollgate::usage::listener::ListenerSettings;
 use tollgate::usage::{Accountant, UsageEvent};
 use uuid::Uuid;
 
 const BATCH: usize = 1_000;
-/// The listener's default linger, as a deployment runs it.
-const LINGER: Duration = Duration::from_millis(10);
 
 fn admin_url() -> String {
     std::env::var("TOLLGATE_TEST_DATABASE_URL")
@@ -79,13 +78,15 @@ async fn through_listener(
     let listener = tokio::spawn(tollgate::usage::listener::run(
         accountant,
         rx,
-        ListenerSettings {
-            batch_size: BATCH,
-            batch_linger: LINGER,
-            concurrent_batches: 2,
-            account_lanes: 2,
-            drain_timeout: Duration::from_secs(600),
-        },
+        // The listener as a deployment runs it by default, on the bench's pool of 8.
+        ListenerSettings::from_config(
+            &UsageCheckConfig {
+                batch_size: BATCH,
+                drain_timeout_ms: 600_000,
+                ..Default::default()
+            },
+            8,
+        ),
         stop.clone(),
     ));
     let started = Instant::now();

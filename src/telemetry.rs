@@ -24,8 +24,8 @@ pub fn init_tracing(config: &LogConfig) {
         .filter(|d| !d.trim().is_empty());
     let filter = from_env
         .as_deref()
-        .and_then(|d| LogFilter::parse(d).or_warn(EnvFilter::DEFAULT_ENV, d))
-        .or_else(|| LogFilter::parse(&config.filter).or_warn("log.filter", &config.filter))
+        .and_then(|d| LogFilter::parse_or_warn(EnvFilter::DEFAULT_ENV, d))
+        .or_else(|| LogFilter::parse_or_warn("log.filter", &config.filter))
         .unwrap_or_else(|| LogFilter::Targets(Targets::new().with_default(tracing::Level::INFO)));
     let registry = tracing_subscriber::registry().with(filter.layer());
     let result = match config.format {
@@ -66,25 +66,21 @@ impl LogFilter {
         EnvFilter::try_new(directives).ok().map(Self::Env)
     }
 
+    /// [`parse`](Self::parse), saying on stderr (logging is not up yet) when the
+    /// directives from `source` are not usable.
+    fn parse_or_warn(source: &str, directives: &str) -> Option<Self> {
+        let filter = Self::parse(directives);
+        if filter.is_none() {
+            eprintln!("tollgate: ignoring {source} = {directives:?}: not a valid log filter");
+        }
+        filter
+    }
+
     fn layer(self) -> Box<dyn Layer<Registry> + Send + Sync> {
         match self {
             Self::Targets(targets) => Box::new(targets),
             Self::Env(env) => Box::new(env),
         }
-    }
-}
-
-trait OrWarn {
-    fn or_warn(self, source: &str, directives: &str) -> Self;
-}
-
-impl OrWarn for Option<LogFilter> {
-    /// Says on stderr (logging is not up yet) that `directives` were not usable.
-    fn or_warn(self, source: &str, directives: &str) -> Self {
-        if self.is_none() {
-            eprintln!("tollgate: ignoring {source} = {directives:?}: not a valid log filter");
-        }
-        self
     }
 }
 

@@ -611,36 +611,91 @@ async fn the_counter_equals_the_ledger_after_two_listeners_account_one_account_c
     assert_eq!(report(pool, id, "2026-10", now).await.used, 4_000);
 }
 
+/// A usage listener over `pool` (batches of up to 16, a 10 s drain) and its queue.
+struct Listener {
+    publisher: tollgate::usage::event::UsagePublisher,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Listener {
+    fn start(pool: &PgPool, linger: Duration, concurrent_batches: usize, lanes: usize) -> Self {
+        let (publisher, rx) = tollgate::usage::event::queue(16);
+        let stop = CancellationToken::new();
+        let settings = tollgate::usage::listener::ListenerSettings {
+            batch_size: 16,
+            batch_linger: linger,
+            concurrent_batches,
+            account_lanes: lanes,
+            drain_timeout: Duration::from_secs(10),
+        };
+        let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
+        let task = tokio::spawn(run);
+        Self {
+            publisher,
+            stop,
+            task,
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+/// Waits until `account` has `n` ledger rows.
+async fn wait_for_ledger_rows(pool: &PgPool, what: &str, account: i64, n: i64) {
+    let sql = "SELECT count(*) FROM subscription_tracking WHERE account_id = $1";
+    wait_until(what, || async {
+        scalar::<i64>(pool, sql, account).await == n
+    })
+    .await;
+}
+
+/// With `stuck`'s row locked by `lock`: `other`'s call is accounted meanwhile and
+/// `stuck`'s only once the lock is gone.
+async fn accounting_passes_the_locked_account(
+    pool: &PgPool,
+    lock: sqlx::Transaction<'static, Postgres>,
+    (stuck, other): (i64, i64),
+) {
+    wait_for_ledger_rows(
+        pool,
+        "the other account's call accounted meanwhile",
+        other,
+        1,
+    )
+    .await;
+    let rows = "SELECT count(*) FROM subscription_tracking WHERE account_id = $1";
+    assert_eq!(scalar::<i64>(pool, rows, stuck).await, 0);
+    lock.rollback().await.unwrap();
+    wait_for_ledger_rows(
+        pool,
+        "the stuck call accounted once the lock is gone",
+        stuck,
+        1,
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_listener_survives_an_event_the_database_refuses() {
     let db = TestDb::new().await;
     let pool = &db.pool;
     let (id, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
-    let (publisher, rx) = tollgate::usage::event::queue(16);
-    let stop = CancellationToken::new();
-    let settings = tollgate::usage::listener::ListenerSettings {
-        batch_size: 16,
-        batch_linger: Duration::from_millis(10),
-        concurrent_batches: 2,
-        account_lanes: 2,
-        drain_timeout: Duration::from_secs(10),
-    };
-    let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
-    let listener = tokio::spawn(run);
+    let listener = Listener::start(pool, Duration::from_millis(10), 2, 2);
     let now = Utc::now();
     let mut poisoned = event(id, now);
     poisoned.route = "/vedic/v1/\0".into(); // text columns refuse NUL bytes
     for e in [event(id, now), poisoned, event(id, now)] {
-        publisher.publish(e);
+        listener.publisher.publish(e);
     }
-    let ledger = "SELECT count(*) FROM subscription_tracking WHERE account_id = $1";
-    let rows = move |n: i64| move || async move { scalar::<i64>(pool, ledger, id).await == n };
-    wait_until("the good events of the batch accounted", rows(2)).await;
+    wait_for_ledger_rows(pool, "the good events of the batch accounted", id, 2).await;
 
-    publisher.publish(event(id, now));
-    wait_until("a later event accounted", rows(3)).await;
-    stop.cancel();
-    listener.await.unwrap();
+    listener.publisher.publish(event(id, now));
+    wait_for_ledger_rows(pool, "a later event accounted", id, 3).await;
+    listener.stop().await;
 }
 
 #[tokio::test]
@@ -648,32 +703,17 @@ async fn a_batch_waits_its_linger_for_more_events() {
     let db = TestDb::new().await;
     let pool = &db.pool;
     let (id, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
-    let (publisher, rx) = tollgate::usage::event::queue(16);
-    let stop = CancellationToken::new();
-    let settings = tollgate::usage::listener::ListenerSettings {
-        batch_size: 16,
-        batch_linger: Duration::from_secs(2),
-        concurrent_batches: 2,
-        account_lanes: 2,
-        drain_timeout: Duration::from_secs(10),
-    };
-    let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
-    let listener = tokio::spawn(run);
+    let listener = Listener::start(pool, Duration::from_secs(2), 2, 2);
     let now = Utc::now();
-    publisher.publish(event(id, now));
+    listener.publisher.publish(event(id, now));
     tokio::time::sleep(Duration::from_millis(20)).await;
-    publisher.publish(event(id, now));
-    let ledger = "SELECT count(*) FROM subscription_tracking WHERE account_id = $1";
-    wait_until("both events accounted", || async {
-        scalar::<i64>(pool, ledger, id).await == 2
-    })
-    .await;
+    listener.publisher.publish(event(id, now));
+    wait_for_ledger_rows(pool, "both events accounted", id, 2).await;
     // `recorded_at` is the transaction's start: one value means one transaction.
     let transactions = "SELECT count(DISTINCT recorded_at) FROM subscription_tracking
                         WHERE account_id = $1";
     assert_eq!(scalar::<i64>(pool, transactions, id).await, 1);
-    stop.cancel();
-    listener.await.unwrap();
+    listener.stop().await;
 }
 
 #[tokio::test]
@@ -682,21 +722,10 @@ async fn a_batch_waiting_on_a_locked_account_does_not_hold_up_the_next() {
     let pool = &db.pool;
     let (stuck, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
     let (other, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
-    let (publisher, rx) = tollgate::usage::event::queue(16);
-    let stop = CancellationToken::new();
-    let settings = tollgate::usage::listener::ListenerSettings {
-        batch_size: 16,
-        batch_linger: Duration::ZERO,
-        concurrent_batches: 2,
-        account_lanes: 2,
-        drain_timeout: Duration::from_secs(10),
-    };
-    let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
-    let listener = tokio::spawn(run);
+    let listener = Listener::start(pool, Duration::ZERO, 2, 2);
     let lock = lock_account(pool, stuck).await;
     let now = Utc::now();
-    publisher.publish(event(stuck, now));
-    let rows = "SELECT count(*) FROM subscription_tracking WHERE account_id = $1";
+    listener.publisher.publish(event(stuck, now));
     let waiting = "SELECT count(*) FROM pg_stat_activity
                    WHERE datname = current_database() AND wait_event_type = 'Lock'";
     wait_until("the first batch waits on the lock", || async {
@@ -705,20 +734,9 @@ async fn a_batch_waiting_on_a_locked_account_does_not_hold_up_the_next() {
     })
     .await;
 
-    publisher.publish(event(other, now));
-    wait_until("the other account's call accounted meanwhile", || async {
-        scalar::<i64>(pool, rows, other).await == 1
-    })
-    .await;
-    assert_eq!(scalar::<i64>(pool, rows, stuck).await, 0);
-
-    lock.rollback().await.unwrap();
-    wait_until("the stuck call accounted once the lock is gone", || async {
-        scalar::<i64>(pool, rows, stuck).await == 1
-    })
-    .await;
-    stop.cancel();
-    listener.await.unwrap();
+    listener.publisher.publish(event(other, now));
+    accounting_passes_the_locked_account(pool, lock, (stuck, other)).await;
+    listener.stop().await;
 }
 
 #[tokio::test]
@@ -732,36 +750,14 @@ async fn a_batch_is_accounted_in_lanes_that_do_not_wait_for_each_other() {
         other % 2,
         "the two accounts fall in different lanes"
     );
-    let (publisher, rx) = tollgate::usage::event::queue(16);
-    let stop = CancellationToken::new();
-    let settings = tollgate::usage::listener::ListenerSettings {
-        batch_size: 16,
-        batch_linger: Duration::from_millis(200),
-        concurrent_batches: 1,
-        account_lanes: 2,
-        drain_timeout: Duration::from_secs(10),
-    };
-    let run = tollgate::usage::listener::run(accountant(pool), rx, settings, stop.clone());
-    let listener = tokio::spawn(run);
+    let listener = Listener::start(pool, Duration::from_millis(200), 1, 2);
     let lock = lock_account(pool, stuck).await;
     let now = Utc::now();
     // One batch (the linger gathers both) holding a locked account and another one.
-    publisher.publish(event(stuck, now));
-    publisher.publish(event(other, now));
-    let rows = "SELECT count(*) FROM subscription_tracking WHERE account_id = $1";
-    wait_until("the other account's lane accounted", || async {
-        scalar::<i64>(pool, rows, other).await == 1
-    })
-    .await;
-    assert_eq!(scalar::<i64>(pool, rows, stuck).await, 0);
-
-    lock.rollback().await.unwrap();
-    wait_until("the locked account's lane accounted", || async {
-        scalar::<i64>(pool, rows, stuck).await == 1
-    })
-    .await;
-    stop.cancel();
-    listener.await.unwrap();
+    listener.publisher.publish(event(stuck, now));
+    listener.publisher.publish(event(other, now));
+    accounting_passes_the_locked_account(pool, lock, (stuck, other)).await;
+    listener.stop().await;
 }
 
 #[tokio::test]

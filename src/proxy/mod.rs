@@ -95,7 +95,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Bounds a whole connection attempt — DNS, TCP and the TLS handshake — so an upstream
 /// that accepts but never completes one is a connect failure (502), not a slow answer.
 #[derive(Clone)]
-pub struct ConnectTimeout<C> {
+struct ConnectTimeout<C> {
     inner: C,
     timeout: Duration,
 }

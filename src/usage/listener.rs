@@ -72,6 +72,25 @@ impl Accountant {
             Box::pin(self.account_resilient(std::slice::from_ref(event))).await;
         }
     }
+
+    /// Accounts `batch` as up to `lanes` concurrent transactions over disjoint sets of
+    /// accounts (by account id), which never wait for each other's row locks.
+    async fn account_in_lanes(&self, batch: &[UsageEvent], lanes: usize) {
+        let lanes = lanes.max(1);
+        if lanes == 1 {
+            return self.account_resilient(batch).await;
+        }
+        let mut split: Vec<Vec<UsageEvent>> = vec![Vec::new(); lanes];
+        for event in batch {
+            let lane = event.account_id.rem_euclid(lanes as i64) as usize;
+            split[lane].push(event.clone());
+        }
+        let work = split
+            .iter()
+            .filter(|lane| !lane.is_empty())
+            .map(|lane| self.account_resilient(lane));
+        futures_util::future::join_all(work).await;
+    }
 }
 
 /// How the listener forms batches and drains on shutdown.
@@ -115,27 +134,6 @@ impl ListenerSettings {
             );
         }
         settings
-    }
-}
-
-impl Accountant {
-    /// Accounts `batch` as up to `lanes` concurrent transactions over disjoint sets of
-    /// accounts (by account id), which never wait for each other's row locks.
-    async fn account_in_lanes(&self, batch: &[UsageEvent], lanes: usize) {
-        let lanes = lanes.max(1);
-        if lanes == 1 {
-            return self.account_resilient(batch).await;
-        }
-        let mut split: Vec<Vec<UsageEvent>> = vec![Vec::new(); lanes];
-        for event in batch {
-            let lane = event.account_id.rem_euclid(lanes as i64) as usize;
-            split[lane].push(event.clone());
-        }
-        let work = split
-            .iter()
-            .filter(|lane| !lane.is_empty())
-            .map(|lane| self.account_resilient(lane));
-        futures_util::future::join_all(work).await;
     }
 }
 
