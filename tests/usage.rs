@@ -761,6 +761,45 @@ async fn a_batch_is_accounted_in_lanes_that_do_not_wait_for_each_other() {
 }
 
 #[tokio::test]
+async fn a_subscription_activated_while_a_batch_waits_for_the_lock_is_in_force_for_it() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let month = Month::containing(Utc::now());
+    let signup = month.start().to_rfc3339();
+    let (id, _) = customer_since(pool, &signup).await;
+    // The free grant is used up.
+    sqlx::query("INSERT INTO usage_counter (account_id, month_start, used) VALUES ($1, $2, $3)")
+        .bind(id)
+        .bind(month.start())
+        .bind(FREE)
+        .execute(pool)
+        .await
+        .unwrap();
+
+    // An activation holds the account's lock while the batch starts and waits for it.
+    let mut upgrade = lock_account(pool, id).await;
+    let accountant = accountant(pool);
+    let batch = vec![event(id, Utc::now())];
+    let waiting_batch = tokio::spawn(async move { accountant.account_now(&batch).await });
+    let waiting = "SELECT count(*) FROM pg_stat_activity
+                   WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    wait_until("the batch waits on the lock", || async {
+        let query = sqlx::query_scalar::<_, i64>(waiting);
+        query.fetch_one(pool).await.unwrap() == 1
+    })
+    .await;
+    let insert = "INSERT INTO subscription (account_id, plan, starts_at, monthly_allowance)
+                  VALUES ($1, 'pro', $2, 10000)";
+    let query = sqlx::query(insert).bind(id).bind(Utc::now());
+    query.execute(&mut *upgrade).await.unwrap();
+    upgrade.commit().await.unwrap();
+
+    let outcome = waiting_batch.await.unwrap().unwrap();
+    assert_eq!(outcome.accounted, 1);
+    assert!(outcome.exhausted.is_empty(), "{outcome:?}");
+}
+
+#[tokio::test]
 async fn a_full_queue_drops_events_without_touching_responses() {
     // One batch at a time and no linger: the listener takes the first event alone and
     // blocks on its lock.

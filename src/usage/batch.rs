@@ -72,11 +72,27 @@ impl Accountant {
     }
 
     /// Accounts `events` in one transaction; `now` decides the current month.
-    #[tracing::instrument(skip_all, fields(events = events.len()))]
     pub async fn account(
         &self,
         events: &[UsageEvent],
         now: DateTime<Utc>,
+    ) -> Result<BatchOutcome, sqlx::Error> {
+        self.account_as_of(events, Some(now)).await
+    }
+
+    /// Accounts `events` as of the moment their accounts are locked, so a subscription
+    /// activated while the batch waited for those locks is already in force (an
+    /// instant taken before the wait would still see the plan it replaced).
+    pub async fn account_now(&self, events: &[UsageEvent]) -> Result<BatchOutcome, sqlx::Error> {
+        self.account_as_of(events, None).await
+    }
+
+    /// `now`: the instant the standings are judged at; `None` for when the locks are held.
+    #[tracing::instrument(skip_all, fields(events = events.len()))]
+    async fn account_as_of(
+        &self,
+        events: &[UsageEvent],
+        now: Option<DateTime<Utc>>,
     ) -> Result<BatchOutcome, sqlx::Error> {
         if !self.enabled {
             return Ok(BatchOutcome {
@@ -106,6 +122,7 @@ impl Accountant {
                 .bind(&account_ids)
                 .fetch_all(&mut *tx)
                 .await?;
+        let now = now.unwrap_or_else(Utc::now);
         let locked_set: HashSet<i64> = locked.iter().copied().collect();
         let (known, unknown): (Vec<&UsageEvent>, Vec<&UsageEvent>) = unique
             .into_iter()

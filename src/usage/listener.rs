@@ -11,7 +11,6 @@ use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use chrono::Utc;
 use futures_util::FutureExt as _;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -42,7 +41,7 @@ impl Accountant {
         let mut refusals = 0;
         let mut outage_backoff = Duration::from_millis(100);
         let last_error = loop {
-            match self.account(batch, Utc::now()).await {
+            match self.account_now(batch).await {
                 Ok(_) => return,
                 Err(e) => {
                     metrics::counter!("tollgate_usage_listener_errors_total").increment(1);
