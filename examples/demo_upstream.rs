@@ -1,9 +1,9 @@
 //! A stand-in for the upstream astrology API, for the demo and the benchmarks.
 //!
 //! `cargo run --example demo_upstream -- 127.0.0.1:9000` answers every path under
-//! `/vedic/v1/` and `/western/v1/` with a small JSON body (see `tollgate::testkit::upstream`).
+//! `/vedic/v1/` and `/western/v1/` with a small JSON body (see `tollgate_testkit::upstream`).
 
-use tollgate::testkit::upstream::UpstreamServer;
+use tollgate_testkit::upstream::UpstreamServer;
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {

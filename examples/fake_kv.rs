@@ -5,7 +5,7 @@
 //! base and `FakeKv::ACCOUNT_ID`, `NAMESPACE_ID` and `API_TOKEN`
 //! (`test-account`, `test-namespace`, `test-token`). Stops on Ctrl-C or SIGTERM.
 
-use tollgate::testkit::fake_kv::FakeKv;
+use tollgate_testkit::fake_kv::FakeKv;
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {

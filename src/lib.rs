@@ -1,26 +1,32 @@
 //! tollgate: the account backend and metering gateway of a paid HTTP API.
 //!
-//! The crate is organised by concept: [`account`] and [`admin`] serve the JSON APIs (with [`key_cache`] in front of key lookups),
-//! [`proxy`] forwards metered calls, [`usage`] owns every quota decision, [`throttle`]
-//! owns admission and exhaustion markers, and [`cloudflare`] is the KV REST client.
-//! `main.rs` only parses the command line and calls [`app`].
+//! The crate is organised by concept, and a request walks downhill through it:
+//! [`startup`] wires everything and serves [`http::router`]; [`http`] routes to
+//! [`account`] and [`admin`] (the JSON APIs) and [`proxy`] (metered forwarding); those
+//! rely on [`auth`] (who is calling) and [`usage`] (every quota decision); usage tells
+//! [`throttle`] (admission and exhaustion markers) what to mark, and the throttler
+//! alone talks to [`cloudflare`] (the KV REST client). [`state`], [`error`],
+//! [`request_id`], [`month`], [`config`], [`db`] and [`telemetry`] are leaves every
+//! layer may use. `main.rs` only parses the command line and calls [`startup`].
 
 pub mod account;
 pub mod admin;
-pub mod app;
+pub mod auth;
 pub mod cloudflare;
 pub mod config;
 pub mod db;
 pub mod error;
 pub mod http;
-pub mod key_cache;
 pub mod month;
 pub mod proxy;
+pub mod request_id;
+pub mod startup;
+pub mod state;
 pub mod telemetry;
-pub mod testkit;
 pub mod throttle;
 pub mod usage;
 
-pub use app::{AppState, Gateway, serve};
 pub use config::Config;
 pub use http::router;
+pub use startup::{Gateway, serve};
+pub use state::AppState;

@@ -401,7 +401,7 @@ async fn health_readiness_and_the_openapi_document_are_served() {
 async fn readiness_fails_and_proxied_calls_get_503_when_the_database_is_down() {
     let db = std::sync::Arc::new(TestDb::new().await);
     let upstream = std::sync::Arc::new(
-        tollgate::testkit::upstream::UpstreamServer::start()
+        tollgate_testkit::upstream::UpstreamServer::start()
             .await
             .unwrap(),
     );
@@ -567,7 +567,7 @@ async fn sessions_long_expired_are_purged_and_live_ones_kept() {
     .execute(&app.db.pool)
     .await
     .unwrap();
-    let purged = tollgate::account::session::purge_expired(&app.db.pool)
+    let purged = tollgate::auth::session::purge_expired(&app.db.pool)
         .await
         .unwrap();
     assert_eq!(purged, 1);

@@ -326,7 +326,7 @@ async fn shutdown_lets_in_flight_calls_finish_and_stops_accepting() {
 
 #[tokio::test]
 async fn an_https_upstream_must_present_a_trusted_certificate() {
-    tollgate::app::install_crypto();
+    tollgate::startup::install_crypto();
     // An HTTPS server whose self-signed certificate no public root vouches for.
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
     let tls = axum_server::tls_rustls::RustlsConfig::from_pem(

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tollgate::config::Config;
 use tollgate::month::Month;
-use tollgate::testkit::fake_kv::{FakeKv, Fault, RecordedCall};
+use tollgate_testkit::fake_kv::{FakeKv, Fault, RecordedCall};
 
 /// The free grant of the test apps: small, so an account is used up in a few calls.
 const FREE_CALLS: i64 = 5;

@@ -7,10 +7,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::auth::SessionPrincipal;
-use super::token::{API_KEY_PREFIX, PlainToken};
-use crate::app::AppState;
+use crate::auth::SessionPrincipal;
+use crate::auth::token::{API_KEY_PREFIX, PlainToken};
 use crate::error::{ApiError, ErrorBody, PathParams};
+use crate::state::AppState;
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct KeyCreated {

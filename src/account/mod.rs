@@ -3,29 +3,26 @@
 //! Signup, login, API-key management and the usage report, each a thin handler over
 //! PostgreSQL. Grants and usage figures come from [`crate::usage`].
 
-pub mod auth;
 pub mod keys;
-pub mod password;
-pub mod session;
-pub mod token;
+pub mod signup;
 pub mod usage;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 
-use crate::app::AppState;
+use crate::state::AppState;
 
 pub use keys::{KeyCreated, KeySummary};
-pub use session::{LoginRequest, LoginResponse, SignupRequest, SignupResponse};
+pub use signup::{LoginRequest, LoginResponse, SignupRequest, SignupResponse};
 
 /// Largest JSON body the account API reads.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/account/v1/signup", post(session::signup))
-        .route("/account/v1/login", post(session::login))
+        .route("/account/v1/signup", post(signup::signup))
+        .route("/account/v1/login", post(signup::login))
         .route("/account/v1/usage", get(usage::usage))
         .route(
             "/account/v1/keys",

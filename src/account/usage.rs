@@ -6,10 +6,10 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::auth::AccountPrincipal;
-use crate::app::AppState;
+use crate::auth::AccountPrincipal;
 use crate::error::{ApiError, ErrorBody, QueryParams};
 use crate::month::Month;
+use crate::state::AppState;
 use crate::usage::{self, UsageReport};
 
 #[derive(Debug, Deserialize, IntoParams)]

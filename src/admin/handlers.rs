@@ -7,10 +7,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::auth::AdminPrincipal;
 use crate::account::usage::{MonthQuery, usage_response};
-use crate::app::AppState;
+use crate::auth::AdminPrincipal;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams, QueryParams};
+use crate::state::AppState;
 use crate::throttle::ReconcileReport;
 use crate::usage::UsageReport;
 use crate::usage::reconcile::{ReconcileError, reconcile_markers};

@@ -1,13 +1,12 @@
 //! The operators' API (`/admin/v1`, SPEC §3.3), behind `admin.token`.
 
-pub mod auth;
 pub(crate) mod handlers;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
-use crate::app::AppState;
+use crate::state::AppState;
 
 pub use handlers::{SubscriptionCreated, SubscriptionRequest};
 

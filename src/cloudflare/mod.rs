@@ -3,7 +3,7 @@
 //! This module owns every call tollgate makes to Cloudflare: reading, writing, deleting and
 //! listing keys of one namespace, under a local call budget and a 429 back-off so one token
 //! never trips Cloudflare's per-token rate limit. It knows nothing of quotas or accounts;
-//! the throttler decides what to write. `crate::testkit::fake_kv` serves the same contract
+//! the throttler decides what to write. `tollgate_testkit::fake_kv` serves the same contract
 //! locally for tests.
 
 mod budget;

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use secrecy::SecretString;
 
 use crate::cloudflare::{BulkWrite, CallBudget, KeyInfo, KvClient, KvError, KvSettings};
-use crate::testkit::fake_kv::{FakeKv, Fault, RecordedCall};
+use tollgate_testkit::fake_kv::{FakeKv, Fault, RecordedCall};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

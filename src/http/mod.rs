@@ -12,10 +12,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tower_http::catch_panic::CatchPanicLayer;
 
-pub use observe::RequestId;
-
-use crate::app::AppState;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// Every public route of the gateway. Without `admin.token` the admin API does not
 /// exist at all: its paths answer 404 like any unknown path.

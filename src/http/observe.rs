@@ -1,38 +1,20 @@
 //! Per-request observability: the request id, the tracing span and HTTP metrics.
 //!
-//! Every request gets a fresh UUID v4, whatever the client sent. It names the span,
-//! is the admission hash's input and the ledger's transaction id, and is returned as
-//! `X-Request-Id` on every response.
+//! Every request gets a fresh [`RequestId`], whatever the client sent; it names the
+//! span and is returned as `X-Request-Id` on every response.
 
 use std::sync::OnceLock;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::{HeaderValue, Method, StatusCode};
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use metrics::SharedString;
 use tracing::Instrument;
-use uuid::Uuid;
 
-use crate::proxy::headers::X_REQUEST_ID;
-
-/// The gateway's id of one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RequestId(pub Uuid);
-
-impl RequestId {
-    pub fn generate() -> Self {
-        Self(Uuid::new_v4())
-    }
-
-    /// Lowercase, hyphenated.
-    pub fn header_value(&self) -> HeaderValue {
-        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
-        let text = self.0.hyphenated().encode_lower(&mut buf);
-        HeaderValue::from_str(text).expect("a UUID is a valid header value")
-    }
-}
+use crate::proxy::path::route_label as proxied_route;
+use crate::request_id::{RequestId, X_REQUEST_ID};
 
 // Labels are `'static` where they can be: the metrics registry then neither allocates
 // nor copies them on every request.
@@ -41,21 +23,8 @@ fn route_label(request: &Request) -> SharedString {
     if let Some(matched) = request.extensions().get::<MatchedPath>() {
         return SharedString::from(matched.as_str().to_owned());
     }
-    let path = request.uri().path();
-    match PROXY_ROUTES
-        .iter()
-        .find(|(prefix, _)| path.starts_with(prefix))
-    {
-        Some((_, label)) => SharedString::const_str(label),
-        None => SharedString::const_str("unmatched"),
-    }
+    SharedString::const_str(proxied_route(request.uri().path()).unwrap_or("unmatched"))
 }
-
-/// Each proxied prefix and its route label.
-const PROXY_ROUTES: [(&str, &str); 2] = [
-    ("/vedic/v1/", "/vedic/v1/*"),
-    ("/western/v1/", "/western/v1/*"),
-];
 
 fn method_label(method: &Method) -> SharedString {
     let known = [

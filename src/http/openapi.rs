@@ -4,15 +4,15 @@ use axum::Json;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::account::{keys, session, usage};
+use crate::account::{keys, signup, usage};
 use crate::admin::handlers as admin;
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "tollgate", description = "Account and admin API of the tollgate metering gateway."),
     paths(
-        session::signup,
-        session::login,
+        signup::signup,
+        signup::login,
         usage::usage,
         keys::create_key,
         keys::list_keys,
@@ -43,7 +43,7 @@ impl Modify for Security {
 
 /// The document, with the API-key header this gateway is configured to read.
 pub async fn serve(
-    axum::extract::State(state): axum::extract::State<crate::app::AppState>,
+    axum::extract::State(state): axum::extract::State<crate::state::AppState>,
 ) -> Json<utoipa::openapi::OpenApi> {
     let mut doc = ApiDoc::openapi();
     if let Some(components) = doc.components.as_mut() {

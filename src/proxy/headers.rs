@@ -9,6 +9,8 @@ use std::net::IpAddr;
 
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
+use crate::request_id::X_REQUEST_ID;
+
 const HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
@@ -20,7 +22,6 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
-pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 

@@ -6,16 +6,28 @@
 
 use percent_encoding::percent_decode_str;
 
-/// The proxied API prefixes (SPEC §3.1).
-pub const PREFIXES: [&str; 2] = ["/vedic/v1/", "/western/v1/"];
+/// The proxied API prefixes (SPEC §3.1), each with the route label it has in logs and
+/// metrics.
+const PROXIED: [(&str, &str); 2] = [
+    ("/vedic/v1/", "/vedic/v1/*"),
+    ("/western/v1/", "/western/v1/*"),
+];
+
+fn proxied(path: &str) -> Option<&'static (&'static str, &'static str)> {
+    PROXIED
+        .iter()
+        .find(|(p, _)| path.starts_with(p) || path == &p[..p.len() - 1])
+}
 
 /// The proxied prefix of a path, or `None` when it is not proxied. A prefix's root
 /// without its trailing slash (`/vedic/v1`) belongs to it too.
 pub fn prefix_of(path: &str) -> Option<&'static str> {
-    PREFIXES
-        .iter()
-        .copied()
-        .find(|p| path.starts_with(p) || path == &p[..p.len() - 1])
+    proxied(path).map(|(prefix, _)| *prefix)
+}
+
+/// The route label of a proxied path (`/vedic/v1/*`), or `None` when it is not proxied.
+pub fn route_label(path: &str) -> Option<&'static str> {
+    proxied(path).map(|(_, label)| *label)
 }
 
 /// How many rounds of percent-decoding are examined.

@@ -14,10 +14,10 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate::config::{Config, MarkerStoreKind};
-use tollgate::testkit::fake_kv::FakeKv;
-use tollgate::testkit::upstream::UpstreamServer;
 use tollgate::usage::Accountant;
 use tollgate::{AppState, Gateway};
+use tollgate_testkit::fake_kv::FakeKv;
+use tollgate_testkit::upstream::UpstreamServer;
 
 pub const ADMIN_TOKEN: &str = "admin-test-token";
 pub const SHARED_SECRET: &str = "upstream-shared-secret";

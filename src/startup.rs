@@ -1,4 +1,4 @@
-//! Wiring: the application state, the background tasks, and serving.
+//! Wiring: build the state, start the background tasks, serve, shut down in order.
 //!
 //! [`Gateway::build`] starts the throttler worker, the usage listener, the key cache's
 //! listener and the reconciliation schedule; [`Gateway::run`] serves the public and
@@ -19,43 +19,13 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::key_cache::KeyCache;
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
 use crate::config::{Config, MarkerStoreKind};
-use crate::key_cache::KeyCache;
-use crate::proxy::Upstream;
+use crate::proxy::upstream::Upstream;
+use crate::state::{AppState, Shared};
 use crate::throttle::{MarkerStore, ThrottleSettings, Throttler};
 use crate::usage::{self, Accountant, UsagePublisher};
-
-/// What every handler can reach: one shared allocation, so the router's per-request
-/// clones cost one reference count.
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-/// The services behind [`AppState`].
-pub struct Shared {
-    pub config: Arc<Config>,
-    pub db: PgPool,
-    pub upstream: Arc<Upstream>,
-    pub usage: UsagePublisher,
-    pub throttler: Throttler,
-    /// API-key lookups of this replica (disabled: every call asks PostgreSQL).
-    pub keys: KeyCache,
-}
-
-impl std::ops::Deref for AppState {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
-
-impl Shared {
-    /// Whether usage is metered (false in local unlimited mode).
-    pub fn metering(&self) -> bool {
-        self.config.usage_check.enabled
-    }
-}
 
 /// Installs ring as rustls' process-wide crypto provider (idempotent).
 pub fn install_crypto() {
@@ -187,14 +157,14 @@ impl Gateway {
         };
         background.extend(keys.start(db.clone(), stop_background.clone()));
 
-        let state = AppState(Arc::new(Shared {
+        let state = AppState::new(Shared {
             upstream,
             config,
             db,
             usage: publisher,
             throttler,
             keys,
-        }));
+        });
         Ok(Self {
             state,
             accountant,
@@ -259,7 +229,7 @@ async fn purge_expired_sessions(db: PgPool, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
         }
-        match crate::account::session::purge_expired(&db).await {
+        match crate::auth::session::purge_expired(&db).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(sessions = n, "expired sessions purged"),
             Err(e) => tracing::warn!(error = %e, "purging expired sessions failed"),

@@ -5,9 +5,9 @@ use axum::http::request::Parts;
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
 
-use crate::account::auth::bearer;
-use crate::app::AppState;
+use super::bearer;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// The operator, holding `admin.token`.
 #[derive(Debug, Clone, Copy)]

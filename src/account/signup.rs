@@ -3,15 +3,16 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use chrono::{DateTime, Duration, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::keys::insert_key;
-use super::password;
-use super::token::{API_KEY_PREFIX, PlainToken, SESSION_PREFIX};
-use crate::app::AppState;
+use crate::auth::password;
+use crate::auth::session;
+use crate::auth::token::{API_KEY_PREFIX, PlainToken};
 use crate::error::{ApiError, ErrorBody, JsonBody};
+use crate::state::AppState;
 use crate::usage;
 
 const MIN_PASSWORD_CHARS: usize = 8;
@@ -169,33 +170,12 @@ pub async fn login(
         return Err(ApiError::InvalidCredentials);
     };
 
-    let token = PlainToken::generate(SESSION_PREFIX);
     let ttl = i64::try_from(state.config.account.session_ttl_seconds).unwrap_or(i64::MAX);
-    let expires_at = Utc::now()
-        .checked_add_signed(Duration::seconds(ttl.min(100 * 365 * 86_400)))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
-        .trunc_subsecs(0);
-    sqlx::query(
-        "INSERT INTO account_session (account_id, token_hash, expires_at) VALUES ($1, $2, $3)",
-    )
-    .bind(account_id)
-    .bind(token.hash().as_bytes())
-    .bind(expires_at)
-    .execute(&state.db)
-    .await?;
+    let (token, expires_at) = session::create(&state.db, account_id, ttl, Utc::now()).await?;
     Ok(Json(LoginResponse {
         token: token.reveal(),
         expires_at,
     }))
-}
-
-/// Deletes sessions more than a day past their expiry; returns how many.
-pub async fn purge_expired(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
-    let done =
-        sqlx::query("DELETE FROM account_session WHERE expires_at < now() - interval '1 day'")
-            .execute(db)
-            .await?;
-    Ok(done.rows_affected())
 }
 
 #[cfg(test)]

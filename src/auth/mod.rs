@@ -1,0 +1,102 @@
+//! Who is calling: API-key, session, account and admin principals.
+//!
+//! Each principal is a `FromRequestParts` extractor over [`AppState`]; handlers name the
+//! principal they need and never see a credential. Token format and hashing live in
+//! [`token`], password hashing in [`password`], the per-replica key cache in
+//! [`key_cache`].
+
+pub mod admin;
+pub mod api_key;
+pub mod key_cache;
+pub mod password;
+pub mod session;
+pub mod token;
+
+use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub use admin::AdminPrincipal;
+use api_key::authenticate_key;
+use session::authenticate_session;
+
+/// A caller authenticated by an API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiKeyPrincipal {
+    pub account_id: i64,
+    pub key_id: i64,
+}
+
+/// A caller authenticated by a login session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionPrincipal {
+    pub account_id: i64,
+}
+
+/// A customer by session or by API key, for routes that take either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccountPrincipal {
+    pub account_id: i64,
+}
+
+/// The token of an `Authorization: Bearer` header.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+impl FromRequestParts<AppState> for ApiKeyPrincipal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        authenticate_key(
+            &state.db,
+            &state.keys,
+            &parts.headers,
+            &state.config.upstream.key_header,
+        )
+        .await
+    }
+}
+
+impl FromRequestParts<AppState> for SessionPrincipal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        authenticate_session(&state.db, &parts.headers).await
+    }
+}
+
+impl FromRequestParts<AppState> for AccountPrincipal {
+    type Rejection = ApiError;
+
+    /// A bearer session wins when one is sent; otherwise the API key header is tried.
+    /// Like every account route, a bad or missing credential is `UNAUTHORIZED`.
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if bearer(&parts.headers).is_some() {
+            let session = authenticate_session(&state.db, &parts.headers).await?;
+            return Ok(AccountPrincipal {
+                account_id: session.account_id,
+            });
+        }
+        let key_header = state.config.upstream.key_header.as_str();
+        if !parts.headers.contains_key(key_header) {
+            return Err(ApiError::Unauthorized);
+        }
+        match authenticate_key(&state.db, &state.keys, &parts.headers, key_header).await {
+            Ok(key) => Ok(AccountPrincipal {
+                account_id: key.account_id,
+            }),
+            Err(ApiError::InvalidApiKey) => Err(ApiError::Unauthorized),
+            Err(other) => Err(other),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The shared application state every handler reaches through `State<AppState>`.
+//!
+//! A leaf of the request path: it names the services the routers use and imports no
+//! router, so handlers depend on it and never on the code that wires them
+//! ([`crate::startup`]).
+
+use std::sync::Arc;
+
+use sqlx::PgPool;
+
+use crate::auth::key_cache::KeyCache;
+use crate::config::Config;
+use crate::proxy::upstream::Upstream;
+use crate::throttle::Throttler;
+use crate::usage::UsagePublisher;
+
+/// What every handler can reach: one shared allocation, so the router's per-request
+/// clones cost one reference count.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+/// The services behind [`AppState`].
+pub struct Shared {
+    pub config: Arc<Config>,
+    pub db: PgPool,
+    pub upstream: Arc<Upstream>,
+    pub usage: UsagePublisher,
+    pub throttler: Throttler,
+    /// API-key lookups of this replica (disabled: every call asks PostgreSQL).
+    pub keys: KeyCache,
+}
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl Shared {
+    /// Whether usage is metered (false in local unlimited mode).
+    pub fn metering(&self) -> bool {
+        self.config.usage_check.enabled
+    }
+}
