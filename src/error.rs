@@ -98,7 +98,7 @@ impl ApiError {
             NotFound => "No such route.".into(),
             AccountNotFound => "No such account.".into(),
             KeyNotFound => "No such API key.".into(),
-            MethodNotAllowed => "Method not allowed on this route.".into(),
+            MethodNotAllowed => "This method is not allowed here.".into(),
             UpstreamUnavailable(_) => "The upstream API is unreachable.".into(),
             UpstreamTimeout => "The upstream API did not answer in time.".into(),
             DatabaseUnavailable(_) | ServiceUnavailable(_) => {

@@ -22,6 +22,7 @@ pub mod proxy;
 pub mod request_id;
 pub mod startup;
 pub mod state;
+pub mod sync;
 pub mod telemetry;
 pub mod throttle;
 pub mod usage;

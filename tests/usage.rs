@@ -880,7 +880,7 @@ async fn shutdown_drains_the_queue_into_the_ledger() {
 #[tokio::test]
 async fn local_mode_requires_keys_forwards_calls_and_meters_nothing() {
     let mut app = spawn_app_with(local_mode).await;
-    assert!(app.accountant.is_none() && !app.state.usage.is_enabled());
+    assert!(app.accountant.is_none() && !app.state.usage.enabled());
     let customer = app.signup().await;
     let (id, db) = (customer.account_id, app.db.clone());
     let pool = &db.pool;

@@ -5,7 +5,7 @@ use axum::http::request::Parts;
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
 
-use super::bearer;
+use super::token::bearer;
 use crate::error::ApiError;
 use crate::state::AppState;
 

@@ -7,8 +7,8 @@
 use axum::http::HeaderMap;
 use sqlx::PgPool;
 
-use super::ApiKeyPrincipal;
 use super::key_cache::{CachedKey, KeyCache};
+use super::principal::ApiKeyPrincipal;
 use super::token::{self, API_KEY_PREFIX, TokenHash};
 use crate::error::ApiError;
 

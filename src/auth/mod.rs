@@ -9,12 +9,11 @@ pub mod admin;
 pub mod api_key;
 pub mod key_cache;
 pub mod password;
+pub mod principal;
 pub mod session;
 pub mod token;
 
 use axum::extract::FromRequestParts;
-use axum::http::HeaderMap;
-use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 
 use crate::error::ApiError;
@@ -22,36 +21,9 @@ use crate::state::AppState;
 
 pub use admin::AdminPrincipal;
 use api_key::authenticate_key;
+pub use principal::{AccountPrincipal, ApiKeyPrincipal, SessionPrincipal};
 use session::authenticate_session;
-
-/// A caller authenticated by an API key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ApiKeyPrincipal {
-    pub account_id: i64,
-    pub key_id: i64,
-}
-
-/// A caller authenticated by a login session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionPrincipal {
-    pub account_id: i64,
-}
-
-/// A customer by session or by API key, for routes that take either.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AccountPrincipal {
-    pub account_id: i64,
-}
-
-/// The token of an `Authorization: Bearer` header.
-pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
-}
+use token::bearer;
 
 impl FromRequestParts<AppState> for ApiKeyPrincipal {
     type Rejection = ApiError;

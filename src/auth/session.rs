@@ -4,8 +4,8 @@ use axum::http::HeaderMap;
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use sqlx::PgPool;
 
-use super::token::{self, PlainToken, SESSION_PREFIX, TokenHash};
-use super::{SessionPrincipal, bearer};
+use super::principal::SessionPrincipal;
+use super::token::{self, PlainToken, SESSION_PREFIX, TokenHash, bearer};
 use crate::error::ApiError;
 
 pub(super) async fn authenticate_session(

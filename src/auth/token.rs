@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
 use rand::Rng;
 use rand::distr::Alphanumeric;
 use sha2::{Digest, Sha256};
@@ -81,6 +83,16 @@ pub fn plausible(candidate: &str, prefix: &str) -> bool {
         && candidate[prefix.len()..]
             .bytes()
             .all(|b| b.is_ascii_alphanumeric())
+}
+
+/// The token of an `Authorization: Bearer` header.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 #[cfg(test)]

@@ -8,8 +8,10 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::sync::lock;
 
 /// A sliding-window limiter: at most `max_calls` permits in any window of `window`.
 ///
@@ -45,7 +47,7 @@ impl CallBudget {
     /// Takes one permit at `now` only if `reserve` more would still be left afterwards,
     /// so lower-priority calls can never spend the permits kept for others.
     pub fn try_acquire_leaving(&self, now: Instant, reserve: u32) -> bool {
-        let mut granted = self.granted.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut granted = lock(&self.granted);
         self.forget_expired(&mut granted, now);
         if granted.len() + reserve as usize >= self.max_calls as usize {
             return false;
@@ -59,7 +61,7 @@ impl CallBudget {
 
     /// Permits still available at `now`.
     pub fn remaining(&self, now: Instant) -> u32 {
-        let mut granted = self.granted.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut granted = lock(&self.granted);
         self.forget_expired(&mut granted, now);
         let used = u32::try_from(granted.len()).unwrap_or(u32::MAX);
         self.max_calls.saturating_sub(used)

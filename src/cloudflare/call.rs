@@ -4,7 +4,7 @@
 //! its `Retry-After` has passed) and take a permit from the call budget; refused calls send
 //! nothing. The whole exchange, answer body included, runs under `call_timeout`.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -13,8 +13,10 @@ use reqwest::{RequestBuilder, StatusCode};
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 
-use crate::cloudflare::wire::{self, Envelope};
-use crate::cloudflare::{CallBudget, KvError};
+use super::budget::CallBudget;
+use super::error::KvError;
+use super::wire::{self, Envelope};
+use crate::sync::lock;
 
 /// Back-off after a 429 that carried no usable `Retry-After`.
 const DEFAULT_BACKOFF: Duration = Duration::from_secs(60);
@@ -142,10 +144,7 @@ impl Caller {
     /// tenth of the budget for it.
     fn admit(&self, op: Op, now: Instant) -> Result<(), KvError> {
         {
-            let mut blocked = self
-                .blocked_until
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut blocked = lock(&self.blocked_until);
             match *blocked {
                 Some(until) if now < until => return Err(KvError::BackingOff),
                 Some(_) => *blocked = None,
@@ -165,10 +164,7 @@ impl Caller {
 
     fn block_for(&self, wait: Duration) {
         let until = Instant::now() + wait;
-        let mut blocked = self
-            .blocked_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut blocked = lock(&self.blocked_until);
         *blocked = Some(blocked.map_or(until, |current| current.max(until)));
     }
 }

@@ -44,13 +44,3 @@ pub enum KvError {
     #[error("invalid KV key: {0}")]
     InvalidKey(String),
 }
-
-impl KvError {
-    /// True when the call was refused locally and nothing went over the network.
-    pub fn is_local_refusal(&self) -> bool {
-        matches!(
-            self,
-            KvError::BudgetExhausted | KvError::BackingOff | KvError::InvalidKey(_)
-        )
-    }
-}

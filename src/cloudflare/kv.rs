@@ -10,9 +10,10 @@ use reqwest::RequestBuilder;
 use reqwest::header::CONTENT_TYPE;
 use serde::{Deserialize, Serialize};
 
-use crate::cloudflare::call::{self, Answer, Caller, Op};
-use crate::cloudflare::wire::{self, BulkResult, KEY_NOT_FOUND};
-use crate::cloudflare::{KvError, KvSettings};
+use super::call::{self, Answer, Caller, Op};
+use super::error::KvError;
+use super::settings::KvSettings;
+use super::wire::{self, BulkResult, KEY_NOT_FOUND};
 
 /// Most items Cloudflare accepts in one bulk request; longer slices are sent in chunks.
 const MAX_BULK_ITEMS: usize = 10_000;

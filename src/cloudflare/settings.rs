@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 
-use crate::cloudflare::CallBudget;
+use super::budget::CallBudget;
 
 /// Where the namespace is and how to call it.
 #[derive(Debug)]

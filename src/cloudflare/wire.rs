@@ -12,7 +12,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::StatusCode;
 use serde::Deserialize;
 
-use crate::cloudflare::KvError;
+use super::error::KvError;
 
 /// Cloudflare's error code for "key not found" on a read.
 pub(crate) const KEY_NOT_FOUND: u32 = 10009;

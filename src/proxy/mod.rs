@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{Response, Version};
+use axum::http::{Method, Response, Version};
 use axum::response::IntoResponse;
 use chrono::Utc;
 
@@ -42,6 +42,10 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
     if !path::is_contained(path) {
         tracing::warn!(path, "path escaping its prefix refused");
         return Err(ApiError::NotFound);
+    }
+    // TRACE would echo the request, shared secret included; CONNECT would open a tunnel.
+    if matches!(*request.method(), Method::TRACE | Method::CONNECT) {
+        return Err(ApiError::MethodNotAllowed);
     }
     let upstream = &state.upstream;
     let principal = authenticate_key(

@@ -7,6 +7,7 @@
 //! warning and a metric.
 
 pub mod admission;
+mod core;
 pub mod reconcile;
 pub mod store;
 pub mod view;
@@ -15,7 +16,7 @@ mod worker;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
@@ -23,20 +24,15 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+pub use self::core::ThrottleSettings;
+use self::core::{Command, Inner};
+use crate::sync::lock;
 pub use reconcile::ReconcileReport;
 pub use store::{MarkerStore, marker_key};
 use view::{Lookup, MarkerView};
 
 use crate::month::Month;
 use crate::telemetry::RateLimitedLog;
-
-/// Tunables of the throttler.
-#[derive(Debug, Clone)]
-pub struct ThrottleSettings {
-    pub admission_percent: u8,
-    pub refresh_interval: Duration,
-    pub max_staleness: Duration,
-}
 
 /// The outcome of admission for one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,34 +71,6 @@ pub struct ThrottleStats {
     pub fail_open: u64,
     pub markers_written: u64,
     pub markers_removed: u64,
-}
-
-enum Command {
-    Exhaust {
-        account_id: i64,
-        month: Month,
-        now: DateTime<Utc>,
-    },
-    Restore {
-        account_id: i64,
-        month: Month,
-    },
-    Refresh,
-}
-
-struct Inner {
-    settings: ThrottleSettings,
-    view: MarkerView,
-    store: MarkerStore,
-    commands: mpsc::Sender<Command>,
-    /// Accounts with an exhaust in flight, so a hot account queues one write.
-    pending: Mutex<HashSet<i64>>,
-    /// Accounts whose last write failed, and when to try again.
-    retry_at: Mutex<HashMap<i64, Instant>>,
-    fail_open: AtomicU64,
-    markers_written: AtomicU64,
-    markers_removed: AtomicU64,
-    fail_open_log: RateLimitedLog,
 }
 
 /// Handle to the throttler. Cheap to clone; `disabled()` admits everything.
@@ -227,13 +195,6 @@ impl Throttler {
         }
     }
 
-    /// Asks the worker to list the store now instead of at the next tick.
-    pub fn refresh_now(&self) {
-        if let Some(inner) = &self.inner {
-            let _ = inner.commands.try_send(Command::Refresh);
-        }
-    }
-
     pub fn stats(&self) -> ThrottleStats {
         self.inner
             .as_ref()
@@ -267,22 +228,4 @@ impl Throttler {
             Some(inner) => reconcile::run(inner, exhausted, checked, now).await,
         }
     }
-}
-
-impl Inner {
-    fn note_fail_open(&self, reason: &'static str, message: &'static str) {
-        self.fail_open.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("tollgate_throttle_fail_open_total", "reason" => reason).increment(1);
-        if self.fail_open_log.allow() {
-            tracing::warn!(
-                reason,
-                suppressed = self.fail_open_log.take_suppressed(),
-                "{message}"
-            );
-        }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

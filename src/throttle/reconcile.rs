@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::Inner;
+use super::core::Inner;
 use super::store::{StoreError, marker_key};
 use super::worker::marker_expiration;
 use crate::month::Month;

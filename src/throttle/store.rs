@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use super::lock;
+use crate::sync::lock;
 
 use crate::cloudflare::{KvClient, KvError};
 use crate::month::Month;
@@ -63,10 +63,6 @@ pub enum MarkerStore {
 impl MarkerStore {
     pub fn memory() -> Self {
         MarkerStore::Memory(Default::default())
-    }
-
-    pub fn is_shared(&self) -> bool {
-        matches!(self, MarkerStore::Cloudflare(_))
     }
 
     pub async fn exists(&self, key: &str) -> Result<bool, StoreError> {

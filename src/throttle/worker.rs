@@ -14,10 +14,11 @@ use chrono::Utc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::core::{Command, Inner};
 use super::store::{StoreError, marker_key};
-use super::{Command, Inner, lock};
 use crate::error::anyhow_chain;
 use crate::month::Month;
+use crate::sync::lock;
 
 /// KV refuses expirations less than 60 s away.
 const MIN_EXPIRATION_SECS: i64 = 60;
@@ -82,10 +83,6 @@ async fn execute(inner: &Inner, commands: Vec<Command>) {
             Command::Restore { account_id, month } => {
                 exhaust_all(inner, std::mem::take(&mut exhausts)).await;
                 restore(inner, account_id, month).await;
-            }
-            Command::Refresh => {
-                exhaust_all(inner, std::mem::take(&mut exhausts)).await;
-                refresh(inner).await;
             }
         }
     }

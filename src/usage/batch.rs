@@ -21,6 +21,7 @@ use super::grants::{
 };
 use super::rules::{Subscription, active_subscription, remaining};
 use crate::month::Month;
+use crate::sync::lock;
 use crate::throttle::Throttler;
 
 /// What one batch did.
@@ -68,7 +69,7 @@ impl Accountant {
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, HashMap<(i64, Month), Option<i64>>> {
-        self.known.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.known)
     }
 
     /// Accounts `events` in one transaction; `now` decides the current month.

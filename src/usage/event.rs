@@ -73,10 +73,6 @@ impl UsagePublisher {
         }
     }
 
-    pub fn is_enabled(&self) -> bool {
-        self.tx.is_some()
-    }
-
     /// Events waiting for the listener.
     pub fn depth(&self) -> usize {
         self.tx

@@ -1,7 +1,6 @@
 //! Shared test support: a fresh PostgreSQL database per test, and the real gateway
 //! started on port 0 against a recording local upstream (and, when asked, a local
 //! Cloudflare KV server).
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,0 +1,20 @@
+//! The principals handlers ask for: who a request was authenticated as.
+
+/// A caller authenticated by an API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiKeyPrincipal {
+    pub account_id: i64,
+    pub key_id: i64,
+}
+
+/// A caller authenticated by a login session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionPrincipal {
+    pub account_id: i64,
+}
+
+/// A customer by session or by API key, for routes that take either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccountPrincipal {
+    pub account_id: i64,
+}

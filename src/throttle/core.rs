@@ -1,0 +1,64 @@
+//! What the throttler handle and its worker share: the commands the worker takes, and
+//! the state both read (the marker view, the store, counters).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+
+use super::store::MarkerStore;
+use super::view::MarkerView;
+use crate::month::Month;
+use crate::telemetry::RateLimitedLog;
+
+/// Tunables of the throttler.
+#[derive(Debug, Clone)]
+pub struct ThrottleSettings {
+    pub admission_percent: u8,
+    pub refresh_interval: Duration,
+    pub max_staleness: Duration,
+}
+
+pub(super) enum Command {
+    Exhaust {
+        account_id: i64,
+        month: Month,
+        now: DateTime<Utc>,
+    },
+    Restore {
+        account_id: i64,
+        month: Month,
+    },
+}
+
+pub(super) struct Inner {
+    pub(super) settings: ThrottleSettings,
+    pub(super) view: MarkerView,
+    pub(super) store: MarkerStore,
+    pub(super) commands: mpsc::Sender<Command>,
+    /// Accounts with an exhaust in flight, so a hot account queues one write.
+    pub(super) pending: Mutex<HashSet<i64>>,
+    /// Accounts whose last write failed, and when to try again.
+    pub(super) retry_at: Mutex<HashMap<i64, Instant>>,
+    pub(super) fail_open: AtomicU64,
+    pub(super) markers_written: AtomicU64,
+    pub(super) markers_removed: AtomicU64,
+    pub(super) fail_open_log: RateLimitedLog,
+}
+
+impl Inner {
+    pub(super) fn note_fail_open(&self, reason: &'static str, message: &'static str) {
+        self.fail_open.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("tollgate_throttle_fail_open_total", "reason" => reason).increment(1);
+        if self.fail_open_log.allow() {
+            tracing::warn!(
+                reason,
+                suppressed = self.fail_open_log.take_suppressed(),
+                "{message}"
+            );
+        }
+    }
+}
