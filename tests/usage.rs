@@ -97,7 +97,16 @@ async fn subscribe(
         starts_at: at(starts),
         expires_at: expires.map(at),
     };
-    let activated = activate(pool, account_id, &new, at(now), FREE, true).await;
+    let activated = activate(
+        pool,
+        &Throttler::disabled(),
+        account_id,
+        &new,
+        at(now),
+        FREE,
+        true,
+    )
+    .await;
     activated.unwrap().subscription.id
 }
 

@@ -102,6 +102,7 @@ pub async fn create_subscription(
     let new = validate(req, now)?;
     let activated = activate(
         &state.db,
+        &state.throttler,
         account_id,
         &new,
         now,
@@ -113,13 +114,6 @@ pub async fn create_subscription(
         ActivationError::AccountNotFound => ApiError::AccountNotFound,
         ActivationError::Database(e) => ApiError::from(e),
     })?;
-    if activated
-        .standing
-        .as_ref()
-        .is_some_and(|s| s.remaining() > 0)
-    {
-        state.throttler.restore(account_id, now);
-    }
     let sub = activated.subscription;
     Ok((
         StatusCode::CREATED,

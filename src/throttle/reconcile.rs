@@ -14,8 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::core::Inner;
-use super::store::{StoreError, marker_key};
-use super::worker::marker_expiration;
+use super::store::{StoreError, marker_expiration, marker_key, sending_at};
 use crate::month::Month;
 
 /// What one reconciliation did (the body of `POST /admin/v1/reconcile`).
@@ -43,7 +42,7 @@ pub(super) async fn run(
     let write_keys: Vec<String> = to_write.iter().map(|a| marker_key(*a, month)).collect();
     inner
         .store
-        .put_many(&write_keys, marker_expiration(month, now))
+        .put_many(&write_keys, marker_expiration(month, sending_at(now)))
         .await?;
     let remove_keys: Vec<String> = to_remove.iter().map(|a| marker_key(*a, month)).collect();
     inner.store.delete_many(&remove_keys).await?;

@@ -7,10 +7,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use crate::sync::lock;
+use chrono::{DateTime, Utc};
 
 use crate::cloudflare::{KvClient, KvError};
 use crate::month::Month;
+use crate::sync::lock;
 
 pub const MARKER_PREFIX: &str = "usage-exhausted:";
 const MARKER_VALUE: &[u8] = b"1";
@@ -18,6 +19,23 @@ const MARKER_VALUE: &[u8] = b"1";
 /// The marker key of an account and month.
 pub fn marker_key(account_id: i64, month: Month) -> String {
     format!("{MARKER_PREFIX}{account_id}:{}", month.start_unix())
+}
+
+/// KV refuses expirations less than 60 s away.
+const MIN_EXPIRATION_SECS: i64 = 60;
+
+/// `expiration = max(month_end, sent_at + 60)`, in unix seconds, `sent_at` rounded up,
+/// so KV never sees an expiration less than 60 s away. `sent_at` is when the write
+/// leaves ([`sending_at`]), not when the exhaustion was decided.
+pub fn marker_expiration(month: Month, sent_at: DateTime<Utc>) -> i64 {
+    let sent_secs = sent_at.timestamp() + i64::from(sent_at.timestamp_subsec_nanos() > 0);
+    month.end().timestamp().max(sent_secs + MIN_EXPIRATION_SECS)
+}
+
+/// The instant a write decided at `decided` leaves: now, or `decided` when a test's
+/// clock stands ahead of the machine's.
+pub fn sending_at(decided: DateTime<Utc>) -> DateTime<Utc> {
+    decided.max(Utc::now())
 }
 
 /// The account of a marker key of `month`; `None` for other months or foreign keys.
@@ -190,6 +208,40 @@ const BULK_THRESHOLD: usize = 10;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn markers_expire_at_the_month_end() {
+        let nov: Month = "2026-11".parse().unwrap();
+        assert_eq!(
+            marker_expiration(nov, at("2026-11-15T00:00:00Z")),
+            nov.end().timestamp()
+        );
+    }
+
+    #[test]
+    fn in_the_last_minute_of_a_month_markers_live_sixty_seconds() {
+        let nov: Month = "2026-11".parse().unwrap();
+        let now = at("2026-11-30T23:59:30Z");
+        assert_eq!(marker_expiration(nov, now), now.timestamp() + 60);
+        let fraction = at("2026-11-30T23:59:30.2Z");
+        assert_eq!(marker_expiration(nov, fraction), now.timestamp() + 61);
+        let last_second = at("2026-11-30T23:59:59.999Z");
+        assert_eq!(
+            marker_expiration(nov, last_second),
+            nov.end().timestamp() + 60
+        );
+    }
+
+    #[test]
+    fn a_write_decided_in_the_past_leaves_now() {
+        let stale = Utc::now() - chrono::Duration::hours(1);
+        let month = Month::containing(stale);
+        assert!(marker_expiration(month, sending_at(stale)) >= Utc::now().timestamp() + 60);
+    }
 
     #[test]
     fn marker_keys_follow_the_spec() {

@@ -15,22 +15,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::core::{Command, Inner};
-use super::store::{StoreError, marker_key};
+use super::store::{StoreError, marker_expiration, marker_key, sending_at};
 use crate::error::anyhow_chain;
 use crate::month::Month;
 use crate::sync::lock;
-
-/// KV refuses expirations less than 60 s away.
-const MIN_EXPIRATION_SECS: i64 = 60;
-
-/// `expiration = max(month_end, now + 60)`, in unix seconds. `now` is the later of the
-/// instant given and the clock when sending, rounded up, so KV never sees an
-/// expiration less than 60 s away.
-pub fn marker_expiration(month: Month, now: chrono::DateTime<Utc>) -> i64 {
-    let now = now.max(Utc::now());
-    let now_secs = now.timestamp() + i64::from(now.timestamp_subsec_nanos() > 0);
-    month.end().timestamp().max(now_secs + MIN_EXPIRATION_SECS)
-}
 
 pub(super) async fn run(
     inner: Arc<Inner>,
@@ -112,7 +100,7 @@ async fn exhaust_all(inner: &Inner, exhausts: Vec<(i64, Month, chrono::DateTime<
             .collect();
         inner
             .store
-            .put_many(&missing, marker_expiration(month, now))
+            .put_many(&missing, marker_expiration(month, sending_at(now)))
             .await?;
         Ok::<_, StoreError>(missing.len())
     }
@@ -186,7 +174,10 @@ async fn exhaust(inner: &Inner, account_id: i64, month: Month, now: chrono::Date
         if inner.store.exists(&key).await? {
             return Ok(false);
         }
-        inner.store.put(&key, marker_expiration(month, now)).await?;
+        inner
+            .store
+            .put(&key, marker_expiration(month, sending_at(now)))
+            .await?;
         Ok::<_, StoreError>(true)
     }
     .await;
@@ -204,43 +195,5 @@ async fn restore(inner: &Inner, account_id: i64, month: Month) {
             tracing::info!(account_id, key, "exhaustion marker removed");
         }
         Err(e) => failed(inner, "restore", &e),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(s: &str) -> chrono::DateTime<Utc> {
-        chrono::DateTime::parse_from_rfc3339(s)
-            .unwrap()
-            .with_timezone(&Utc)
-    }
-
-    // Months far ahead, so the clock of the machine running the tests never
-    // overtakes the instants given.
-    #[test]
-    fn markers_expire_at_the_month_end() {
-        let nov: Month = "2099-11".parse().unwrap();
-        assert_eq!(
-            marker_expiration(nov, at("2099-11-15T00:00:00Z")),
-            nov.end().timestamp()
-        );
-    }
-
-    #[test]
-    fn in_the_last_minute_of_a_month_markers_live_sixty_seconds() {
-        let nov: Month = "2099-11".parse().unwrap();
-        let now = at("2099-11-30T23:59:30Z");
-        assert_eq!(marker_expiration(nov, now), now.timestamp() + 60);
-        let fraction = at("2099-11-30T23:59:30.2Z");
-        assert_eq!(marker_expiration(nov, fraction), now.timestamp() + 61);
-    }
-
-    #[test]
-    fn a_marker_is_never_sent_with_less_than_sixty_seconds_left() {
-        let month = Month::containing(Utc::now());
-        let stale = Utc::now() - chrono::Duration::hours(1);
-        assert!(marker_expiration(month, stale) >= Utc::now().timestamp() + 60);
     }
 }

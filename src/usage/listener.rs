@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::batch::Accountant;
 use super::event::UsageEvent;
+use super::ledger::Accountant;
 use crate::config::UsageCheckConfig;
 use crate::error::anyhow_chain;
 

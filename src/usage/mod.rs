@@ -4,15 +4,16 @@
 //! [`listener`] turns them into ledger rows and counters and tells the throttler when
 //! an account's current month is used up.
 
-pub mod batch;
 pub mod event;
 pub mod grants;
+pub mod ledger;
 pub mod listener;
 pub mod reconcile;
 pub mod report;
 pub mod rules;
 pub mod subscriptions;
 
-pub use batch::{Accountant, BatchOutcome};
 pub use event::{PublishOutcome, UsageEvent, UsagePublisher};
-pub use report::{Standing, UsageReport};
+pub use ledger::{Accountant, BatchOutcome};
+pub use report::UsageReport;
+pub use rules::Standing;

@@ -12,27 +12,8 @@ use sqlx::PgConnection;
 use utoipa::ToSchema;
 
 use super::grants::{allowance_of, load_snapshots, load_subscriptions};
-use super::rules::{FREE_PLAN, active_subscription, remaining};
+use super::rules::{FREE_PLAN, Standing, active_subscription};
 use crate::month::Month;
-
-/// An account's position in one month.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Standing {
-    pub account_id: i64,
-    pub plan: String,
-    pub allowance: i64,
-    pub used: i64,
-}
-
-impl Standing {
-    pub fn remaining(&self) -> i64 {
-        remaining(self.allowance, self.used)
-    }
-
-    pub fn exhausted(&self) -> bool {
-        self.remaining() == 0
-    }
-}
 
 /// The usage object of SPEC §3.4.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]

@@ -61,6 +61,49 @@ pub fn remaining(allowance: i64, used: i64) -> i64 {
     (allowance - used).max(0)
 }
 
+/// An account's position in one month: the active plan, what it allows, what was used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    pub account_id: i64,
+    pub plan: String,
+    pub allowance: i64,
+    pub used: i64,
+}
+
+impl Standing {
+    pub fn remaining(&self) -> i64 {
+        remaining(self.allowance, self.used)
+    }
+
+    pub fn exhausted(&self) -> bool {
+        self.remaining() == 0
+    }
+}
+
+/// What the exhaustion marker of an account should become after its standing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerAction {
+    /// Nothing left this month: mark the account.
+    Exhaust,
+    /// Allowance left, but a marker may be standing: remove it.
+    Restore,
+    /// Allowance left and no marker known: nothing to do.
+    Keep,
+}
+
+/// The marker rule of SPEC §4: exhausted accounts are marked, accounts with allowance
+/// are not. `maybe_marked` says whether a marker may exist (this replica's view holds
+/// one, or the standing changed in a way no view has seen yet, as an activation).
+pub fn marker_action(standing: &Standing, maybe_marked: bool) -> MarkerAction {
+    if standing.exhausted() {
+        MarkerAction::Exhaust
+    } else if maybe_marked {
+        MarkerAction::Restore
+    } else {
+        MarkerAction::Keep
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +248,46 @@ mod tests {
         assert_eq!(remaining(3000, 10), 2990);
         assert_eq!(remaining(3000, 3000), 0);
         assert_eq!(remaining(3000, 3600), 0);
+    }
+
+    fn standing(allowance: i64, used: i64) -> Standing {
+        Standing {
+            account_id: 1,
+            plan: "pro".into(),
+            allowance,
+            used,
+        }
+    }
+
+    #[test]
+    fn the_last_unit_of_a_month_exhausts_and_one_unit_left_does_not() {
+        assert_eq!(
+            marker_action(&standing(10, 10), false),
+            MarkerAction::Exhaust
+        );
+        assert_eq!(
+            marker_action(&standing(10, 11), true),
+            MarkerAction::Exhaust
+        );
+        assert_eq!(marker_action(&standing(10, 9), false), MarkerAction::Keep);
+    }
+
+    #[test]
+    fn allowance_left_removes_a_marker_that_may_stand() {
+        assert_eq!(marker_action(&standing(10, 9), true), MarkerAction::Restore);
+        assert_eq!(marker_action(&standing(0, 0), true), MarkerAction::Exhaust);
+    }
+
+    #[test]
+    fn an_upgrade_mid_month_turns_an_exhausted_standing_into_a_restore() {
+        let before = standing(3000, 3000);
+        let after = Standing {
+            allowance: 10_000,
+            ..before.clone()
+        };
+        assert_eq!(marker_action(&before, true), MarkerAction::Exhaust);
+        assert_eq!(after.remaining(), 7000);
+        assert_eq!(marker_action(&after, true), MarkerAction::Restore);
     }
 
     #[test]

@@ -9,9 +9,10 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use super::grants::{Grant, ensure_free_subscriptions, ensure_snapshots, load_subscriptions};
-use super::report::{Standing, standings};
-use super::rules::Subscription;
+use super::report::standings;
+use super::rules::{MarkerAction, Standing, Subscription, marker_action};
 use crate::month::Month;
+use crate::throttle::Throttler;
 
 /// What an operator asks for.
 #[derive(Debug, Clone)]
@@ -38,9 +39,12 @@ pub struct Activated {
 }
 
 /// Activates `new` for `account_id`; `metering` false (local mode) skips snapshots.
+/// Once committed, the account's marker follows its new standing: removed when the
+/// month has allowance again, written when it has none.
 #[tracing::instrument(skip_all, fields(account_id = account_id))]
 pub async fn activate(
     db: &PgPool,
+    throttler: &Throttler,
     account_id: i64,
     new: &NewSubscription,
     now: DateTime<Utc>,
@@ -88,6 +92,14 @@ pub async fn activate(
             .next();
     }
     tx.commit().await?;
+    if let Some(standing) = &standing {
+        // Another replica's marker may stand whatever this one's view says.
+        match marker_action(standing, true) {
+            MarkerAction::Exhaust => throttler.exhaust(account_id, current, now),
+            MarkerAction::Restore => throttler.restore(account_id, now),
+            MarkerAction::Keep => {}
+        }
+    }
     tracing::info!(subscription_id = subscription.id, plan = %subscription.plan,
         monthly_allowance = subscription.monthly_allowance, "subscription activated");
     Ok(Activated {

@@ -1,4 +1,4 @@
-//! Accounting one batch of usage events in one transaction.
+//! The ledger: accounting one batch of usage events in one transaction.
 //!
 //! Lock the batch's accounts in id order (so replicas never deadlock), make sure every
 //! account has its free subscription and the months' grants exist, insert the ledger
@@ -19,7 +19,7 @@ use super::grants::{
     Grant, allowance_of, ensure_free_subscriptions, ensure_snapshots, load_snapshots,
     load_subscriptions,
 };
-use super::rules::{Subscription, active_subscription, remaining};
+use super::rules::{MarkerAction, Standing, Subscription, active_subscription, marker_action};
 use crate::month::Month;
 use crate::sync::lock;
 use crate::throttle::Throttler;
@@ -226,14 +226,18 @@ impl Accountant {
         snapshots.extend(&loaded);
         let mut restored = Vec::new();
         for (account_id, sub) in &touched {
-            let allowance = allowance_of(sub, current, &snapshots, self.free_monthly_calls);
-            let used = used.get(&(*account_id, current)).copied().unwrap_or(0);
-            if remaining(allowance, used) == 0 {
-                outcome.exhausted.push(*account_id);
-            } else if self.throttler.is_marked(*account_id, now) {
-                // A marker this replica holds for an account with allowance again
-                // (e.g. written by another replica just after an upgrade): heal it.
-                restored.push(*account_id);
+            let standing = Standing {
+                account_id: *account_id,
+                plan: sub.plan.clone(),
+                allowance: allowance_of(sub, current, &snapshots, self.free_monthly_calls),
+                used: used.get(&(*account_id, current)).copied().unwrap_or(0),
+            };
+            // A marker this replica holds for an account with allowance again (e.g.
+            // written by another replica just after an upgrade) is healed here.
+            match marker_action(&standing, self.throttler.is_marked(*account_id, now)) {
+                MarkerAction::Exhaust => outcome.exhausted.push(*account_id),
+                MarkerAction::Restore => restored.push(*account_id),
+                MarkerAction::Keep => {}
             }
         }
         // Handed over while the account locks are held: an upgrade that commits after
