@@ -148,8 +148,8 @@ async fn create_database_if_missing(url: &SecretString) -> anyhow::Result<bool> 
 }
 
 /// Errors that say nothing about the request or the data: the same work succeeds once
-/// the database is reachable again (lost connections, pool timeouts, failover,
-/// serialization failures, lock timeouts, resource exhaustion).
+/// the database is reachable again (lost connections, pool timeouts, failover and its
+/// read-only phase, serialization failures, lock timeouts, resource exhaustion).
 pub fn is_transient(err: &sqlx::Error) -> bool {
     match err {
         sqlx::Error::Io(_)
@@ -157,12 +157,17 @@ pub fn is_transient(err: &sqlx::Error) -> bool {
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_) => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            ["08", "40", "53", "57", "55P03"]
+            ["08", "25006", "40", "53", "57", "55P03"]
                 .iter()
                 .any(|prefix| code.starts_with(prefix))
         }),
         _ => false,
     }
+}
+
+/// A lock wait that ran past `lock_timeout` (SQLSTATE 55P03).
+pub fn is_lock_timeout(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03"))
 }
 
 /// Names of every migration shipped in this binary, `V<n>__<name>`.

@@ -120,7 +120,8 @@ impl Gateway {
                 config.usage.free_monthly_calls,
                 true,
                 throttler.clone(),
-            );
+            )
+            .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms));
             let task = tokio::spawn(usage::listener::run(
                 accountant.clone(),
                 rx,

@@ -20,7 +20,7 @@ use tollgate::throttle::Throttler;
 use tollgate::usage::grants::create_free_subscription;
 use tollgate::usage::report::usage_report;
 use tollgate::usage::subscriptions::{NewSubscription, activate};
-use tollgate::usage::{Accountant, BatchOutcome, UsageEvent, UsageReport};
+use tollgate::usage::{Accountant, BatchOutcome, Locks, UsageEvent, UsageReport};
 use uuid::Uuid;
 
 const FREE: i64 = 3000;
@@ -54,8 +54,10 @@ fn events(account_id: i64, occurred_at: DateTime<Utc>, n: i64) -> Vec<UsageEvent
     (0..n).map(|_| event(account_id, occurred_at)).collect()
 }
 
+/// An accountant that waits for row locks as long as a test holds them.
 fn accountant(pool: &PgPool) -> Accountant {
     Accountant::new(pool.clone(), FREE, true, Throttler::disabled())
+        .with_lock_timeout(Duration::from_secs(60))
 }
 
 /// Accounts one batch as the listener would, with `now` as the clock.
@@ -789,7 +791,8 @@ async fn a_subscription_activated_while_a_batch_waits_for_the_lock_is_in_force_f
     let mut upgrade = lock_account(pool, id).await;
     let accountant = accountant(pool);
     let batch = vec![event(id, Utc::now())];
-    let waiting_batch = tokio::spawn(async move { accountant.account_now(&batch).await });
+    let waiting_batch =
+        tokio::spawn(async move { accountant.account_now(&batch, Locks::Wait).await });
     let waiting = "SELECT count(*) FROM pg_stat_activity
                    WHERE datname = current_database() AND wait_event_type = 'Lock'";
     wait_until("the batch waits on the lock", || async {
@@ -816,6 +819,7 @@ async fn a_full_queue_drops_events_without_touching_responses() {
         c.usage_check.queue_capacity = 1;
         c.usage_check.batch_linger_ms = 0;
         c.usage_check.concurrent_batches = 1;
+        c.usage_check.lock_timeout_ms = 60_000;
     })
     .await;
     let customer = app.signup().await;
@@ -838,7 +842,7 @@ async fn a_full_queue_drops_events_without_touching_responses() {
 
 #[tokio::test]
 async fn accounting_survives_losing_its_database_connection_mid_batch() {
-    let app = spawn_app().await;
+    let app = spawn_app_with(|c| c.usage_check.lock_timeout_ms = 60_000).await;
     let customer = app.signup().await;
     let lock = lock_account(&app.db.pool, customer.account_id).await;
     for _ in 0..5 {
@@ -867,7 +871,7 @@ async fn accounting_survives_losing_its_database_connection_mid_batch() {
 
 #[tokio::test]
 async fn shutdown_drains_the_queue_into_the_ledger() {
-    let mut app = spawn_app().await;
+    let mut app = spawn_app_with(|c| c.usage_check.lock_timeout_ms = 60_000).await;
     let customer = app.signup().await;
     let lock = lock_account(&app.db.pool, customer.account_id).await;
     for _ in 0..20 {

@@ -155,6 +155,13 @@ impl Config {
         if self.throttle.refresh_interval_ms == 0 || self.throttle.reconcile_interval_ms == 0 {
             return fail("throttle intervals must be positive".into());
         }
+        if self.throttle.kv_budget_window_ms == 0 {
+            return fail("throttle.kv_budget_window_ms must be positive".into());
+        }
+        // PostgreSQL reads a lock_timeout of 0 as "wait for ever".
+        if self.usage_check.lock_timeout_ms == 0 {
+            return fail("usage_check.lock_timeout_ms must be positive".into());
+        }
         Ok(())
     }
 

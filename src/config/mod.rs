@@ -226,6 +226,10 @@ pub struct UsageCheckConfig {
     /// How long shutdown may spend draining the queue into PostgreSQL.
     #[serde(deserialize_with = "lenient")]
     pub drain_timeout_ms: u64,
+    /// How long a batch waits for an account's row lock before the locked accounts'
+    /// events are set aside and retried, so only they wait.
+    #[serde(deserialize_with = "lenient")]
+    pub lock_timeout_ms: u64,
 }
 
 impl Default for UsageCheckConfig {
@@ -238,6 +242,7 @@ impl Default for UsageCheckConfig {
             concurrent_batches: 2,
             account_lanes: 2,
             drain_timeout_ms: 10_000,
+            lock_timeout_ms: 1_000,
         }
     }
 }

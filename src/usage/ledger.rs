@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -37,7 +38,22 @@ pub struct BatchOutcome {
     pub ignored: usize,
     /// Accounts found with nothing remaining in the current month.
     pub exhausted: Vec<i64>,
+    /// Accounts whose row lock was held elsewhere ([`Locks::SkipBusy`]): their events
+    /// were left out of this batch, to be accounted later.
+    pub busy: Vec<i64>,
 }
+
+/// How a batch takes its accounts' row locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locks {
+    /// Wait for every lock, at most the accountant's lock timeout (then SQLSTATE 55P03).
+    Wait,
+    /// Take the locks that are free; account the other accounts' events, not these.
+    SkipBusy,
+}
+
+/// Default bound of a wait for an account's row lock.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Snapshots known to exist, by subscription and month, with their allowance once it
 /// has been read. Rows of `monthly_usage` are never changed or deleted, so what was
@@ -55,6 +71,7 @@ pub struct Accountant {
     enabled: bool,
     throttler: Throttler,
     known: KnownSnapshots,
+    lock_timeout: Duration,
 }
 
 impl Accountant {
@@ -65,7 +82,14 @@ impl Accountant {
             enabled,
             throttler,
             known: Default::default(),
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
+    }
+
+    /// Bounds every wait for an account's row lock (`usage_check.lock_timeout_ms`).
+    pub fn with_lock_timeout(mut self, lock_timeout: Duration) -> Self {
+        self.lock_timeout = lock_timeout.max(Duration::from_millis(1));
+        self
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, HashMap<(i64, Month), Option<i64>>> {
@@ -78,14 +102,18 @@ impl Accountant {
         events: &[UsageEvent],
         now: DateTime<Utc>,
     ) -> Result<BatchOutcome, sqlx::Error> {
-        self.account_as_of(events, Some(now)).await
+        self.account_as_of(events, Some(now), Locks::Wait).await
     }
 
     /// Accounts `events` as of the moment their accounts are locked, so a subscription
     /// activated while the batch waited for those locks is already in force (an
     /// instant taken before the wait would still see the plan it replaced).
-    pub async fn account_now(&self, events: &[UsageEvent]) -> Result<BatchOutcome, sqlx::Error> {
-        self.account_as_of(events, None).await
+    pub async fn account_now(
+        &self,
+        events: &[UsageEvent],
+        locks: Locks,
+    ) -> Result<BatchOutcome, sqlx::Error> {
+        self.account_as_of(events, None, locks).await
     }
 
     /// `now`: the instant the standings are judged at; `None` for when the locks are held.
@@ -94,6 +122,7 @@ impl Accountant {
         &self,
         events: &[UsageEvent],
         now: Option<DateTime<Utc>>,
+        locks: Locks,
     ) -> Result<BatchOutcome, sqlx::Error> {
         if !self.enabled {
             return Ok(BatchOutcome {
@@ -118,15 +147,39 @@ impl Accountant {
             .collect();
 
         let mut tx = self.db.begin().await?;
-        let locked: Vec<i64> =
-            sqlx::query_scalar("SELECT id FROM account WHERE id = ANY($1) ORDER BY id FOR UPDATE")
-                .bind(&account_ids)
+        // A lock held elsewhere (a long transaction, a stuck session) must not stall
+        // accounting: the wait is bounded, and past it the caller skips the busy rows.
+        sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+            .bind(format!("{}ms", self.lock_timeout.as_millis()))
+            .execute(&mut *tx)
+            .await?;
+        let lock_sql = match locks {
+            Locks::Wait => "SELECT id FROM account WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+            Locks::SkipBusy => {
+                "SELECT id FROM account WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED"
+            }
+        };
+        let locked: Vec<i64> = sqlx::query_scalar(lock_sql)
+            .bind(&account_ids)
+            .fetch_all(&mut *tx)
+            .await?;
+        if locks == Locks::SkipBusy && locked.len() < account_ids.len() {
+            let skipped: Vec<i64> = account_ids
+                .iter()
+                .copied()
+                .filter(|id| locked.binary_search(id).is_err())
+                .collect();
+            outcome.busy = sqlx::query_scalar("SELECT id FROM account WHERE id = ANY($1)")
+                .bind(&skipped)
                 .fetch_all(&mut *tx)
                 .await?;
+        }
         let now = now.unwrap_or_else(Utc::now);
         let locked_set: HashSet<i64> = locked.iter().copied().collect();
+        let busy: HashSet<i64> = outcome.busy.iter().copied().collect();
         let (known, unknown): (Vec<&UsageEvent>, Vec<&UsageEvent>) = unique
             .into_iter()
+            .filter(|e| !busy.contains(&e.account_id))
             .partition(|e| locked_set.contains(&e.account_id));
         outcome.unknown_account = unknown.len();
         for e in &unknown {

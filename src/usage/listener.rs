@@ -2,22 +2,28 @@
 //! fuller one) and has up to `concurrent_batches` of them accounted at once, each split
 //! by account into `account_lanes` concurrent transactions.
 //!
-//! Database errors never kill the task: while PostgreSQL is unreachable a batch waits
-//! (the bounded queue decides what is dropped), a batch PostgreSQL refuses is retried
-//! and then split so one bad event cannot take the others with it. Shutdown drains
-//! what is queued within a bound.
+//! Database errors never kill the task: while PostgreSQL is unreachable (or read-only,
+//! as during a failover) a batch waits (the bounded queue decides what is dropped), a
+//! batch PostgreSQL refuses is retried and then split so one bad event cannot take the
+//! others with it. A row lock held elsewhere delays only its own account: past
+//! `usage_check.lock_timeout_ms` the batch accounts every other account and sets the
+//! locked accounts' events aside, retried apart from the queue. Shutdown drains what
+//! is queued and what is set aside within a bound.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::event::UsageEvent;
-use super::ledger::Accountant;
+use super::ledger::{Accountant, Locks};
 use crate::config::UsageCheckConfig;
 use crate::error::anyhow_chain;
 
@@ -37,12 +43,32 @@ impl Accountant {
     /// waits (new events queue up behind it, and the queue's bound decides what is
     /// dropped); a batch the database refuses is retried, then split so that one bad
     /// event cannot take the others with it.
-    async fn account_resilient(&self, batch: &[UsageEvent]) {
+    async fn account_resilient(&self, batch: &[UsageEvent], set_aside: &SetAside) {
         let mut refusals = 0;
         let mut outage_backoff = Duration::from_millis(100);
+        let mut locks = Locks::Wait;
         let last_error = loop {
-            match self.account_now(batch).await {
-                Ok(_) => return,
+            match self.account_now(batch, locks).await {
+                Ok(outcome) => {
+                    if !outcome.busy.is_empty() {
+                        let busy: HashSet<i64> = outcome.busy.into_iter().collect();
+                        let waiting = batch
+                            .iter()
+                            .filter(|e| busy.contains(&e.account_id))
+                            .cloned()
+                            .collect();
+                        set_aside.hold(self.clone(), waiting);
+                    }
+                    return;
+                }
+                // A row lock held elsewhere: account everyone else now.
+                Err(e) if locks == Locks::Wait && crate::db::is_lock_timeout(&e) => {
+                    tracing::info!(
+                        events = batch.len(),
+                        "an account's row lock is held elsewhere; accounting the others"
+                    );
+                    locks = Locks::SkipBusy;
+                }
                 Err(e) => {
                     metrics::counter!("tollgate_usage_listener_errors_total").increment(1);
                     tracing::warn!(events = batch.len(), transient = crate::db::is_transient(&e),
@@ -68,16 +94,16 @@ impl Accountant {
             return;
         }
         for event in batch {
-            Box::pin(self.account_resilient(std::slice::from_ref(event))).await;
+            Box::pin(self.account_resilient(std::slice::from_ref(event), set_aside)).await;
         }
     }
 
     /// Accounts `batch` as up to `lanes` concurrent transactions over disjoint sets of
     /// accounts (by account id), which never wait for each other's row locks.
-    async fn account_in_lanes(&self, batch: &[UsageEvent], lanes: usize) {
+    async fn account_in_lanes(&self, batch: &[UsageEvent], lanes: usize, set_aside: &SetAside) {
         let lanes = lanes.max(1);
         if lanes == 1 {
-            return self.account_resilient(batch).await;
+            return self.account_resilient(batch, set_aside).await;
         }
         let mut split: Vec<Vec<UsageEvent>> = vec![Vec::new(); lanes];
         for event in batch {
@@ -87,8 +113,72 @@ impl Accountant {
         let work = split
             .iter()
             .filter(|lane| !lane.is_empty())
-            .map(|lane| self.account_resilient(lane));
+            .map(|lane| self.account_resilient(lane, set_aside));
         futures_util::future::join_all(work).await;
+    }
+}
+
+/// Events of accounts whose row lock is held elsewhere, retried apart from the queue
+/// so they hold up no batch. Bounded like the queue: past `capacity` events waiting,
+/// more are dropped and counted.
+#[derive(Clone)]
+struct SetAside {
+    tasks: TaskTracker,
+    room: Arc<Semaphore>,
+    waiting: Arc<AtomicUsize>,
+}
+
+/// Most events set aside at once (as many as the default queue holds).
+const SET_ASIDE_CAPACITY: usize = 10_000;
+
+/// Longest pause between attempts at set-aside events.
+const MAX_SET_ASIDE_BACKOFF: Duration = Duration::from_secs(2);
+
+impl SetAside {
+    fn new(capacity: usize) -> Self {
+        Self {
+            tasks: TaskTracker::new(),
+            room: Arc::new(Semaphore::new(capacity.max(1))),
+            waiting: Arc::default(),
+        }
+    }
+
+    fn hold(&self, accountant: Accountant, mut events: Vec<UsageEvent>) {
+        let n = events.len();
+        let Ok(permit) = self.room.clone().try_acquire_many_owned(n as u32) else {
+            metrics::counter!("tollgate_usage_events_dropped_total", "reason" => "set_aside_full")
+                .increment(n as u64);
+            tracing::error!(
+                events = n,
+                "set-aside usage events over capacity: events lost"
+            );
+            return;
+        };
+        self.waiting.fetch_add(n, Ordering::Relaxed);
+        metrics::gauge!("tollgate_usage_events_set_aside").increment(n as f64);
+        let (waiting, this) = (self.waiting.clone(), self.clone());
+        self.tasks.spawn(async move {
+            let mut delay = Duration::from_millis(50);
+            while !events.is_empty() {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(MAX_SET_ASIDE_BACKOFF);
+                match accountant.account_now(&events, Locks::SkipBusy).await {
+                    Ok(outcome) => {
+                        let busy: HashSet<i64> = outcome.busy.into_iter().collect();
+                        events.retain(|e| busy.contains(&e.account_id));
+                    }
+                    Err(e) if crate::db::is_transient(&e) => {}
+                    // Refused for its data: the usual retries and split, once.
+                    Err(_) => {
+                        Box::pin(accountant.account_resilient(&events, &this)).await;
+                        events.clear();
+                    }
+                }
+            }
+            waiting.fetch_sub(n, Ordering::Relaxed);
+            metrics::gauge!("tollgate_usage_events_set_aside").decrement(n as f64);
+            drop(permit);
+        });
     }
 }
 
@@ -149,6 +239,7 @@ pub async fn run(
     settings: ListenerSettings,
     stop: CancellationToken,
 ) {
+    let set_aside = SetAside::new(SET_ASIDE_CAPACITY);
     let mut in_flight: JoinSet<Option<Vec<UsageEvent>>> = JoinSet::new();
     // Batches handed back unaccounted on stop, for the drain.
     let mut pending: VecDeque<Vec<UsageEvent>> = VecDeque::new();
@@ -170,10 +261,11 @@ pub async fn run(
         // A batch stuck on an unreachable database must not hold shutdown up: on stop
         // the attempt is abandoned (its transaction rolls back) and the batch is
         // accounted by the bounded drain below.
-        let (accountant, stop) = (accountant.clone(), stop.clone());
+        let (accountant, stop, set_aside) = (accountant.clone(), stop.clone(), set_aside.clone());
         let lanes = settings.account_lanes;
         in_flight.spawn(async move {
-            let accounting = AssertUnwindSafe(accountant.account_in_lanes(&batch, lanes));
+            let accounting =
+                AssertUnwindSafe(accountant.account_in_lanes(&batch, lanes, &set_aside));
             tokio::select! {
                 done = accounting.catch_unwind() => {
                     if done.is_err() {
@@ -196,7 +288,8 @@ pub async fn run(
     }
 
     rx.close();
-    let drained = tokio::time::timeout(settings.drain_timeout, async {
+    let deadline = tokio::time::Instant::now() + settings.drain_timeout;
+    let drained = tokio::time::timeout_at(deadline, async {
         loop {
             if pending.is_empty() {
                 let mut batch = Vec::with_capacity(settings.batch_size);
@@ -207,14 +300,18 @@ pub async fn run(
                 pending.push_back(batch);
             }
             if let Some(batch) = pending.front() {
-                accountant.account_resilient(batch).await;
+                accountant.account_resilient(batch, &set_aside).await;
                 pending.pop_front();
             }
         }
+        set_aside.tasks.close();
+        set_aside.tasks.wait().await;
     })
     .await;
     if drained.is_err() {
-        let lost = pending.iter().map(Vec::len).sum::<usize>() + rx.len();
+        let lost = pending.iter().map(Vec::len).sum::<usize>()
+            + rx.len()
+            + set_aside.waiting.load(Ordering::Relaxed);
         metrics::counter!("tollgate_usage_events_dropped_total", "reason" => "shutdown")
             .increment(lost as u64);
         // An upper bound: part of a batch cut off mid-way may have committed already.

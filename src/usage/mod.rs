@@ -14,6 +14,6 @@ pub mod rules;
 pub mod subscriptions;
 
 pub use event::{PublishOutcome, UsageEvent, UsagePublisher};
-pub use ledger::{Accountant, BatchOutcome};
+pub use ledger::{Accountant, BatchOutcome, Locks};
 pub use report::UsageReport;
 pub use rules::Standing;
