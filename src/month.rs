@@ -107,9 +107,26 @@ impl FromStr for Month {
     }
 }
 
+/// Whether PostgreSQL (and RFC 3339 with four-digit years) can hold `at` as given: a
+/// leap second (`23:59:60`, which chrono keeps as a fraction past `:59`) or a year
+/// outside 1–9999 cannot be.
+pub fn storable(at: DateTime<Utc>) -> bool {
+    at.timestamp_subsec_nanos() < 1_000_000_000 && (1..=9999).contains(&at.year())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leap_seconds_and_five_digit_years_are_not_storable() {
+        let leap: DateTime<Utc> = "2016-12-31T23:59:60Z".parse().unwrap();
+        assert!(!storable(leap));
+        assert!(storable("2016-12-31T23:59:59.999Z".parse().unwrap()));
+        assert!(storable("9999-12-31T23:59:59Z".parse().unwrap()));
+        let far = Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap();
+        assert!(!storable(far));
+    }
 
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)

@@ -67,6 +67,14 @@ fn validate(req: SubscriptionRequest, now: DateTime<Utc>) -> Result<NewSubscript
         ));
     }
     let starts_at = req.starts_at.unwrap_or(now);
+    if !crate::month::storable(starts_at)
+        || req.expires_at.is_some_and(|t| !crate::month::storable(t))
+    {
+        return Err(ApiError::Validation(
+            "starts_at and expires_at must be real instants of years 1 to 9999 (no leap second)"
+                .into(),
+        ));
+    }
     if req.expires_at.is_some_and(|end| end <= starts_at) {
         return Err(ApiError::Validation(
             "expires_at must be after starts_at".into(),
@@ -183,6 +191,16 @@ mod tests {
             starts_at: Some("2026-11-01T00:00:00Z".parse().unwrap()),
             expires_at: expires.map(|e| e.parse().unwrap()),
         }
+    }
+
+    #[test]
+    fn a_leap_second_start_is_a_validation_error() {
+        let mut leap = req("pro", 10, None);
+        leap.starts_at = Some("2016-12-31T23:59:60Z".parse().unwrap());
+        assert!(matches!(
+            validate(leap, Utc::now()),
+            Err(ApiError::Validation(_))
+        ));
     }
 
     #[test]

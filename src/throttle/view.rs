@@ -113,9 +113,13 @@ impl MarkerView {
         snap.refreshed_at = Some(at);
     }
 
-    /// Records a marker this replica wrote or found.
+    /// Records a marker this replica wrote or found. A marker of a month older than the
+    /// view's (a late write from before a month rolled over) leaves the view alone.
     pub fn insert(&self, account_id: i64, month: Month) {
         let mut snap = self.write();
+        if snap.month.is_some_and(|current| month < current) {
+            return;
+        }
         if snap.month != Some(month) {
             snap.month = Some(month);
             snap.accounts.clear();
@@ -149,6 +153,18 @@ mod tests {
 
     fn nov() -> Month {
         "2026-11".parse().unwrap()
+    }
+
+    #[test]
+    fn a_late_marker_of_the_previous_month_does_not_roll_the_view_back() {
+        let view = MarkerView::new(Duration::from_secs(300));
+        let dec: Month = "2026-12".parse().unwrap();
+        let t0 = Instant::now();
+        view.replace(dec, HashSet::from([7]), t0);
+        view.insert(9, nov());
+        assert_eq!(view.lookup(7, dec, t0), Lookup::Marked);
+        assert_eq!(view.lookup(9, dec, t0), Lookup::Unmarked);
+        assert!(!view.knows(9, nov()));
     }
 
     #[test]
