@@ -37,6 +37,8 @@ fn event(account_id: i64) -> UsageEvent {
         method: axum::http::Method::GET,
         route: "/vedic/v1/horoscope/daily".into(),
         upstream_status: 200,
+        cost: 1,
+        reserved_by: None,
     }
 }
 

@@ -27,6 +27,8 @@ pub enum ApiError {
     InvalidCredentials,
     #[error("request throttled")]
     Throttled,
+    #[error("quota exceeded")]
+    QuotaExceeded { retry_after: i64 },
     #[error("email taken")]
     EmailTaken,
     #[error("validation failed: {0}")]
@@ -65,6 +67,7 @@ impl ApiError {
             Unauthorized => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"),
             InvalidCredentials => (StatusCode::UNAUTHORIZED, "INVALID_CREDENTIALS"),
             Throttled => (StatusCode::TOO_MANY_REQUESTS, "REQUEST_THROTTLED"),
+            QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "QUOTA_EXCEEDED"),
             EmailTaken => (StatusCode::CONFLICT, "EMAIL_TAKEN"),
             Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED"),
             MalformedJson(_) => (StatusCode::BAD_REQUEST, "MALFORMED_JSON"),
@@ -83,6 +86,17 @@ impl ApiError {
         }
     }
 
+    /// Seconds a client should wait before trying again, sent as `Retry-After` on
+    /// every 429: a throttled call may be admitted on its next try, a hard limit only
+    /// once its window ends.
+    pub fn retry_after(&self) -> Option<i64> {
+        match self {
+            ApiError::Throttled => Some(1),
+            ApiError::QuotaExceeded { retry_after } => Some(*retry_after),
+            _ => None,
+        }
+    }
+
     fn public_message(&self) -> String {
         use ApiError::*;
         match self {
@@ -90,6 +104,7 @@ impl ApiError {
             Unauthorized => "Missing or invalid bearer token.".into(),
             InvalidCredentials => "Email or password is wrong.".into(),
             Throttled => "Request throttled. Please try again.".into(),
+            QuotaExceeded { .. } => "Quota exceeded for this period.".into(),
             EmailTaken => "An account with this email already exists.".into(),
             Validation(why) => why.clone(),
             MalformedJson(why) => format!("Request body is not valid JSON: {why}"),
@@ -170,7 +185,13 @@ impl IntoResponse for ApiError {
             code,
             message: self.public_message(),
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after() {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 

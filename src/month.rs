@@ -1,4 +1,4 @@
-//! UTC calendar months, the unit of every allowance and marker.
+//! UTC calendar months and days, the windows of every allowance and marker.
 //!
 //! A [`Month`] is the half-open interval `[start, end)` of one UTC calendar month. All
 //! month arithmetic in the crate goes through here so that the boundaries (the last
@@ -107,6 +107,43 @@ impl FromStr for Month {
     }
 }
 
+/// One UTC calendar day, the window of daily allowances: `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Day(NaiveDate);
+
+impl Day {
+    /// The day containing `instant`.
+    pub fn containing(instant: DateTime<Utc>) -> Self {
+        Self(instant.date_naive())
+    }
+
+    /// First instant of the day (inclusive).
+    pub fn start(self) -> DateTime<Utc> {
+        Utc.from_utc_datetime(&self.0.and_time(chrono::NaiveTime::MIN))
+    }
+
+    /// First instant of the next day (exclusive end).
+    pub fn end(self) -> DateTime<Utc> {
+        self.start() + chrono::Duration::days(1)
+    }
+
+    /// Unix seconds of the start, as used in daily marker keys.
+    pub fn start_unix(self) -> i64 {
+        self.start().timestamp()
+    }
+
+    pub fn month(self) -> Month {
+        Month::containing(self.start())
+    }
+}
+
+/// Whole seconds from `now` until `end`, rounded up, at least 1: a `Retry-After` or a
+/// quota header's reset never says 0 while the window still runs.
+pub fn seconds_until(end: DateTime<Utc>, now: DateTime<Utc>) -> i64 {
+    let ms = (end - now).num_milliseconds();
+    ((ms + 999) / 1000).max(1)
+}
+
 /// Whether PostgreSQL (and RFC 3339 with four-digit years) can hold `at` as given: a
 /// leap second (`23:59:60`, which chrono keeps as a fraction past `:59`) or a year
 /// outside 1–9999 cannot be.
@@ -117,6 +154,36 @@ pub fn storable(at: DateTime<Utc>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_day_runs_from_midnight_to_midnight_utc() {
+        let last_ms: DateTime<Utc> = "2026-11-30T23:59:59.999Z".parse().unwrap();
+        let day = Day::containing(last_ms);
+        assert_eq!(
+            day.start(),
+            "2026-11-30T00:00:00Z".parse::<DateTime<Utc>>().unwrap()
+        );
+        assert_eq!(
+            day.end(),
+            "2026-12-01T00:00:00Z".parse::<DateTime<Utc>>().unwrap()
+        );
+        assert_eq!(day.month(), "2026-11".parse().unwrap());
+        assert_eq!(Day::containing(day.end()).start(), day.end());
+    }
+
+    #[test]
+    fn seconds_until_round_up_and_never_reach_zero() {
+        let end: DateTime<Utc> = "2026-12-01T00:00:00Z".parse().unwrap();
+        assert_eq!(
+            seconds_until(end, "2026-11-30T23:59:59.001Z".parse().unwrap()),
+            1
+        );
+        assert_eq!(
+            seconds_until(end, "2026-11-30T23:59:58Z".parse().unwrap()),
+            2
+        );
+        assert_eq!(seconds_until(end, end), 1);
+    }
 
     #[test]
     fn leap_seconds_and_five_digit_years_are_not_storable() {

@@ -22,9 +22,11 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::key_cache::KeyCache;
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
 use crate::config::{Config, MarkerStoreKind};
+use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::state::{AppState, Shared};
 use crate::throttle::{MarkerStore, ThrottleSettings, Throttler};
+use crate::usage::quota::QuotaView;
 use crate::usage::{self, Accountant, UsagePublisher};
 
 /// Installs ring as rustls' process-wide crypto provider (idempotent).
@@ -113,6 +115,17 @@ impl Gateway {
             None => Throttler::disabled(),
         };
 
+        let quota = if config.usage_check.enabled {
+            QuotaView::new(
+                db.clone(),
+                config.usage.free_monthly_calls,
+                throttler.clone(),
+            )
+        } else {
+            QuotaView::disabled()
+        };
+        background.extend(quota.start(stop_background.clone()));
+
         let (publisher, accountant, listener_task) = if config.usage_check.enabled {
             let (publisher, rx) = usage::event::queue(config.usage_check.queue_capacity);
             let accountant = Accountant::new(
@@ -121,7 +134,8 @@ impl Gateway {
                 true,
                 throttler.clone(),
             )
-            .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms));
+            .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms))
+            .with_quota(quota.clone());
             let task = tokio::spawn(usage::listener::run(
                 accountant.clone(),
                 rx,
@@ -158,7 +172,10 @@ impl Gateway {
         };
         background.extend(keys.start(db.clone(), stop_background.clone()));
 
+        let pricing = Pricing::from_config(&config.pricing)?;
         let state = AppState::new(Shared {
+            quota,
+            pricing,
             upstream,
             config,
             db,

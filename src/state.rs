@@ -10,9 +10,11 @@ use sqlx::PgPool;
 
 use crate::auth::key_cache::KeyCache;
 use crate::config::Config;
+use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::throttle::Throttler;
 use crate::usage::UsagePublisher;
+use crate::usage::quota::QuotaView;
 
 /// What every handler can reach: one shared allocation, so the router's per-request
 /// clones cost one reference count.
@@ -26,6 +28,10 @@ pub struct Shared {
     pub upstream: Arc<Upstream>,
     pub usage: UsagePublisher,
     pub throttler: Throttler,
+    /// Each calling account's standing, for quota headers and hard limits.
+    pub quota: QuotaView,
+    /// What calls cost.
+    pub pricing: Pricing,
     /// API-key lookups of this replica (disabled: every call asks PostgreSQL).
     pub keys: KeyCache,
 }

@@ -114,7 +114,7 @@ async fn a_replica_whose_listener_was_lost_still_refuses_a_revoked_key_within_a_
     // Cut the listener's connection; the revocation's notification goes nowhere.
     let cut: Vec<i32> = sqlx::query_scalar(
         "SELECT pg_terminate_backend(pid)::int FROM pg_stat_activity
-         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+         WHERE datname = current_database() AND query LIKE 'LISTEN%api_key%'",
     )
     .fetch_all(&a.db.pool)
     .await

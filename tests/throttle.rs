@@ -787,6 +787,8 @@ fn one_call_each(accounts: &[i64]) -> Vec<tollgate::usage::UsageEvent> {
             method: axum::http::Method::GET,
             route: PATH.into(),
             upstream_status: 200,
+            cost: 1,
+            reserved_by: None,
         })
         .collect()
 }

@@ -47,6 +47,8 @@ fn event(account_id: i64, occurred_at: DateTime<Utc>) -> UsageEvent {
         method: axum::http::Method::GET,
         route: DAILY.into(),
         upstream_status: 200,
+        cost: 1,
+        reserved_by: None,
     }
 }
 
@@ -98,10 +100,13 @@ async fn subscribe(
         monthly_allowance,
         starts_at: at(starts),
         expires_at: expires.map(at),
+        daily_allowance: None,
+        enforcement: Default::default(),
     };
     let activated = activate(
         pool,
         &Throttler::disabled(),
+        &tollgate::usage::quota::QuotaView::disabled(),
         account_id,
         &new,
         at(now),
@@ -1010,6 +1015,9 @@ async fn the_usage_object_describes_a_utc_month_of_history() {
     let fields = [
         "account_id",
         "allowance",
+        "credits",
+        "daily",
+        "enforcement",
         "exhausted",
         "month_end",
         "month_start",

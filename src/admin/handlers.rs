@@ -14,7 +14,7 @@ use crate::state::AppState;
 use crate::throttle::ReconcileReport;
 use crate::usage::UsageReport;
 use crate::usage::reconcile::{ReconcileError, reconcile_markers};
-use crate::usage::rules::FREE_PLAN;
+use crate::usage::rules::{Enforcement, FREE_PLAN};
 use crate::usage::subscriptions::{ActivationError, NewSubscription, activate};
 
 const MAX_PLAN_CHARS: usize = 64;
@@ -31,6 +31,12 @@ pub struct SubscriptionRequest {
     pub starts_at: Option<DateTime<Utc>>,
     /// Exclusive; `null` for open-ended.
     pub expires_at: Option<DateTime<Utc>>,
+    /// A second cap per UTC day (units); `null` (the default) for none.
+    #[serde(default)]
+    pub daily_allowance: Option<i64>,
+    /// `soft` (the default) or `hard`.
+    #[serde(default)]
+    pub enforcement: Enforcement,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -41,10 +47,12 @@ pub struct SubscriptionCreated {
     pub monthly_allowance: i64,
     pub starts_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
+    pub daily_allowance: Option<i64>,
+    pub enforcement: Enforcement,
 }
 
 /// An id that is not a number names no account.
-fn parse_account_id(raw: &str) -> Result<i64, ApiError> {
+pub(super) fn parse_account_id(raw: &str) -> Result<i64, ApiError> {
     raw.parse().map_err(|_| ApiError::AccountNotFound)
 }
 
@@ -66,6 +74,11 @@ fn validate(req: SubscriptionRequest, now: DateTime<Utc>) -> Result<NewSubscript
             "monthly_allowance must not be negative".into(),
         ));
     }
+    if req.daily_allowance.is_some_and(|d| d < 0) {
+        return Err(ApiError::Validation(
+            "daily_allowance must not be negative".into(),
+        ));
+    }
     let starts_at = req.starts_at.unwrap_or(now);
     if !crate::month::storable(starts_at)
         || req.expires_at.is_some_and(|t| !crate::month::storable(t))
@@ -85,6 +98,8 @@ fn validate(req: SubscriptionRequest, now: DateTime<Utc>) -> Result<NewSubscript
         monthly_allowance: req.monthly_allowance,
         starts_at,
         expires_at: req.expires_at,
+        daily_allowance: req.daily_allowance,
+        enforcement: req.enforcement,
     })
 }
 
@@ -111,6 +126,7 @@ pub async fn create_subscription(
     let activated = activate(
         &state.db,
         &state.throttler,
+        &state.quota,
         account_id,
         &new,
         now,
@@ -132,6 +148,8 @@ pub async fn create_subscription(
             monthly_allowance: sub.monthly_allowance,
             starts_at: sub.starts_at,
             expires_at: sub.expires_at,
+            daily_allowance: sub.daily_allowance,
+            enforcement: sub.enforcement,
         }),
     ))
 }
@@ -190,6 +208,8 @@ mod tests {
             monthly_allowance: allowance,
             starts_at: Some("2026-11-01T00:00:00Z".parse().unwrap()),
             expires_at: expires.map(|e| e.parse().unwrap()),
+            daily_allowance: None,
+            enforcement: Enforcement::Soft,
         }
     }
 

@@ -1,6 +1,8 @@
 //! The operators' API (`/admin/v1`, SPEC §3.3), behind `admin.token`.
 
+pub mod accounts;
 pub(crate) mod handlers;
+pub mod topups;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -19,6 +21,15 @@ pub fn router() -> Router<AppState> {
         .route(
             "/admin/v1/accounts/{account_id}/usage",
             get(handlers::account_usage),
+        )
+        .route("/admin/v1/accounts", get(accounts::list_accounts))
+        .route(
+            "/admin/v1/accounts/{account_id}/usage/daily",
+            get(accounts::daily_usage),
+        )
+        .route(
+            "/admin/v1/accounts/{account_id}/grants",
+            post(topups::create_grant),
         )
         .route("/admin/v1/reconcile", post(handlers::reconcile))
         .layer(DefaultBodyLimit::max(crate::account::MAX_BODY_BYTES))

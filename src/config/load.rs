@@ -158,6 +158,21 @@ impl Config {
         if self.throttle.kv_budget_window_ms == 0 {
             return fail("throttle.kv_budget_window_ms must be positive".into());
         }
+        for route in &self.pricing.routes {
+            if !route.prefix.starts_with('/') || !(0..=1_000_000).contains(&route.cost) {
+                return fail(format!(
+                    "pricing.routes: prefix `{}` must start with / and cost {} must be 0 to 1000000",
+                    route.prefix, route.cost
+                ));
+            }
+        }
+        if let Some(name) = &self.pricing.cost_header
+            && axum::http::HeaderName::from_bytes(name.as_bytes()).is_err()
+        {
+            return fail(format!(
+                "pricing.cost_header `{name}` is not a valid header name"
+            ));
+        }
         // PostgreSQL reads a lock_timeout of 0 as "wait for ever".
         if self.usage_check.lock_timeout_ms == 0 {
             return fail("usage_check.lock_timeout_ms must be positive".into());

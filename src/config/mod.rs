@@ -34,6 +34,7 @@ pub struct Config {
     pub usage_check: UsageCheckConfig,
     pub usage: UsageConfig,
     pub cloudflare: CloudflareConfig,
+    pub pricing: PricingConfig,
     pub log: LogConfig,
     /// The value of `TOLLGATE_PROFILE`, if any; not a file key.
     #[serde(skip)]
@@ -202,6 +203,26 @@ impl Default for ThrottleConfig {
             kv_timeout_ms: 5_000,
         }
     }
+}
+
+/// What calls cost (SPEC §6): route prices and the upstream's own cost header.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PricingConfig {
+    /// `[{prefix = "/vedic/v1/...", cost = N}]`; the longest matching prefix wins,
+    /// paths matching none cost 1.
+    pub routes: Vec<RoutePrice>,
+    /// Response header by which the upstream reports a call's cost (never passed on).
+    pub cost_header: Option<String>,
+}
+
+/// The price of the calls under one path prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutePrice {
+    pub prefix: String,
+    #[serde(deserialize_with = "lenient")]
+    pub cost: i64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -6,6 +6,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::account::{keys, signup, usage};
 use crate::admin::handlers as admin;
+use crate::admin::{accounts as admin_accounts, topups as admin_topups};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -20,6 +21,9 @@ use crate::admin::handlers as admin;
         admin::create_subscription,
         admin::account_usage,
         admin::reconcile,
+        admin_topups::create_grant,
+        admin_accounts::list_accounts,
+        admin_accounts::daily_usage,
     ),
     modifiers(&Security),
 )]

@@ -6,6 +6,8 @@
 
 pub mod headers;
 pub mod path;
+pub mod pricing;
+pub mod quota_headers;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -21,20 +23,31 @@ use crate::auth::api_key::authenticate_key;
 use crate::error::ApiError;
 use crate::request_id::RequestId;
 use crate::state::AppState;
-use crate::usage::UsageEvent;
+use crate::usage::quota::Verdict;
+use crate::usage::{Standing, UsageEvent};
 
 /// Longest route kept in a ledger row.
 const MAX_ROUTE_CHARS: usize = 512;
 
-/// Handles every request under the proxied prefixes.
+/// Handles every request under the proxied prefixes. Once the caller is known, every
+/// answer (the upstream's, or the gateway's own refusal) carries its quota headers.
 pub async fn handle(State(state): State<AppState>, request: Request) -> Response<Body> {
-    match forward(&state, request).await {
+    let mut quota = None;
+    let mut response = match forward(&state, request, &mut quota).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
+    };
+    if let Some(standing) = quota {
+        quota_headers::apply(response.headers_mut(), &standing, Utc::now());
     }
+    response
 }
 
-async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, ApiError> {
+async fn forward(
+    state: &AppState,
+    request: Request,
+    quota: &mut Option<Standing>,
+) -> Result<Response<Body>, ApiError> {
     let path = request.uri().path();
     if path::prefix_of(path).is_none() {
         return Err(ApiError::NotFound);
@@ -64,10 +77,29 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
         .copied()
         .unwrap_or_else(RequestId::generate);
     let now = Utc::now();
-    if !state
-        .throttler
-        .admit(principal.account_id, request_id.0, now)
-        .admitted()
+    let mut cost = state.pricing.route_cost(path);
+    let reserved_by = match state.quota.check(principal.account_id, cost, now).await? {
+        Verdict::Refuse {
+            standing,
+            retry_after,
+        } => {
+            *quota = Some(standing);
+            return Err(ApiError::QuotaExceeded { retry_after });
+        }
+        Verdict::Forward {
+            standing,
+            reserved_by,
+        } => {
+            *quota = standing;
+            reserved_by
+        }
+    };
+    // A hard plan's call was admitted by its reservation, never by hash.
+    if reserved_by.is_none()
+        && !state
+            .throttler
+            .admit(principal.account_id, request_id.0, now)
+            .admitted()
     {
         return Err(ApiError::Throttled);
     }
@@ -119,6 +151,9 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
     };
 
     let (mut response, body) = upstream_response.into_parts();
+    if let Some(reported) = state.pricing.take_reported_cost(&mut response.headers) {
+        cost = reported;
+    }
     if state.usage.enabled() {
         state.usage.publish(UsageEvent {
             transaction_id: request_id.0,
@@ -128,6 +163,8 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
             method,
             route: parts.uri.path().chars().take(MAX_ROUTE_CHARS).collect(),
             upstream_status: response.status.as_u16(),
+            cost,
+            reserved_by,
         });
     }
 

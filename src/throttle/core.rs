@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::store::MarkerStore;
 use super::view::MarkerView;
-use crate::month::Month;
+use crate::month::{Day, Month};
 use crate::telemetry::RateLimitedLog;
 
 /// Tunables of the throttler.
@@ -32,6 +32,15 @@ pub(super) enum Command {
         account_id: i64,
         month: Month,
     },
+    ExhaustDay {
+        account_id: i64,
+        day: Day,
+        now: DateTime<Utc>,
+    },
+    RestoreDay {
+        account_id: i64,
+        day: Day,
+    },
 }
 
 pub(super) struct Inner {
@@ -47,9 +56,26 @@ pub(super) struct Inner {
     pub(super) markers_written: AtomicU64,
     pub(super) markers_removed: AtomicU64,
     pub(super) fail_open_log: RateLimitedLog,
+    /// Set once this replica has seen a plan with a daily allowance: from then on each
+    /// refresh also lists the daily markers.
+    pub(super) daily_in_use: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
+    /// A marked account's call: admitted when its bucket is below the percentage.
+    pub(super) fn bucket_decision(
+        &self,
+        account_id: i64,
+        request_id: uuid::Uuid,
+    ) -> super::Admission {
+        let bucket = super::admission::bucket(account_id, request_id);
+        if super::admission::admits(bucket, self.settings.admission_percent) {
+            super::Admission::AdmittedByBucket
+        } else {
+            super::Admission::Throttled
+        }
+    }
+
     pub(super) fn note_fail_open(&self, reason: &'static str, message: &'static str) {
         self.fail_open.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("tollgate_throttle_fail_open_total", "reason" => reason).increment(1);

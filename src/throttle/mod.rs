@@ -31,7 +31,7 @@ pub use reconcile::ReconcileReport;
 pub use store::{MarkerStore, marker_key};
 use view::{Lookup, MarkerView};
 
-use crate::month::Month;
+use crate::month::{Day, Month};
 use crate::telemetry::RateLimitedLog;
 
 /// The outcome of admission for one call.
@@ -106,6 +106,7 @@ impl Throttler {
             markers_written: AtomicU64::new(0),
             markers_removed: AtomicU64::new(0),
             fail_open_log: RateLimitedLog::default(),
+            daily_in_use: Default::default(),
         });
         let task = tokio::spawn(worker::run(inner.clone(), rx, stop));
         (Self { inner: Some(inner) }, task)
@@ -124,19 +125,15 @@ impl Throttler {
                     .view
                     .lookup(account_id, Month::containing(now), Instant::now())
                 {
+                    Lookup::Unmarked if inner.view.day_marked(account_id, Day::containing(now)) => {
+                        inner.bucket_decision(account_id, request_id)
+                    }
                     Lookup::Unmarked => Admission::Unmarked,
                     Lookup::Stale => {
                         inner.note_fail_open("stale_view", "marker view is stale; admitting");
                         Admission::FailOpen
                     }
-                    Lookup::Marked => {
-                        let bucket = admission::bucket(account_id, request_id);
-                        if admission::admits(bucket, inner.settings.admission_percent) {
-                            Admission::AdmittedByBucket
-                        } else {
-                            Admission::Throttled
-                        }
-                    }
+                    Lookup::Marked => inner.bucket_decision(account_id, request_id),
                 }
             }
         };
@@ -192,6 +189,59 @@ impl Throttler {
                 "queue_full",
                 "throttle command queue full; marker not removed",
             );
+        }
+    }
+
+    /// The account's day is used up: writes its daily marker (when absent) in the
+    /// background; a past day writes nothing. Never waits.
+    pub fn exhaust_day(&self, account_id: i64, day: Day, now: DateTime<Utc>) {
+        let Some(inner) = &self.inner else { return };
+        inner.daily_in_use.store(true, Ordering::Relaxed);
+        if day != Day::containing(now) || inner.view.day_marked(account_id, day) {
+            return;
+        }
+        let command = Command::ExhaustDay {
+            account_id,
+            day,
+            now,
+        };
+        if inner.commands.try_send(command).is_err() {
+            inner.note_fail_open(
+                "queue_full",
+                "throttle command queue full; daily marker not written",
+            );
+        }
+    }
+
+    /// The account's day has units again: forget its daily marker at once and delete it
+    /// from the store in the background.
+    pub fn restore_day(&self, account_id: i64, now: DateTime<Utc>) {
+        let Some(inner) = &self.inner else { return };
+        inner.view.remove_day(account_id);
+        let command = Command::RestoreDay {
+            account_id,
+            day: Day::containing(now),
+        };
+        if inner.commands.try_send(command).is_err() {
+            inner.note_fail_open(
+                "queue_full",
+                "throttle command queue full; daily marker not removed",
+            );
+        }
+    }
+
+    /// Whether this replica's view holds a daily marker for the account today.
+    pub fn is_marked_today(&self, account_id: i64, now: DateTime<Utc>) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|i| i.view.day_marked(account_id, Day::containing(now)))
+    }
+
+    /// Tells the throttler that plans with daily allowances exist, so its refreshes
+    /// list the daily markers too.
+    pub fn watch_daily(&self) {
+        if let Some(inner) = &self.inner {
+            inner.daily_in_use.store(true, Ordering::Relaxed);
         }
     }
 

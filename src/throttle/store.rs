@@ -10,15 +10,36 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 
 use crate::cloudflare::{KvClient, KvError};
-use crate::month::Month;
+use crate::month::{Day, Month};
 use crate::sync::lock;
 
 pub const MARKER_PREFIX: &str = "usage-exhausted:";
+/// Prefix of the daily window's markers (SPEC §6).
+pub const DAILY_MARKER_PREFIX: &str = "usage-exhausted-daily:";
 const MARKER_VALUE: &[u8] = b"1";
 
 /// The marker key of an account and month.
 pub fn marker_key(account_id: i64, month: Month) -> String {
     format!("{MARKER_PREFIX}{account_id}:{}", month.start_unix())
+}
+
+/// The daily marker key of an account and UTC day.
+pub fn daily_marker_key(account_id: i64, day: Day) -> String {
+    format!("{DAILY_MARKER_PREFIX}{account_id}:{}", day.start_unix())
+}
+
+/// The account of a daily marker key of `day`; `None` for other keys.
+pub fn parse_daily_marker_key(key: &str, day: Day) -> Option<i64> {
+    let (account, suffix) = key.strip_prefix(DAILY_MARKER_PREFIX)?.split_once(':')?;
+    (suffix.parse::<i64>().ok()? == day.start_unix())
+        .then(|| account.parse().ok())
+        .flatten()
+}
+
+/// A daily marker expires at the day's end, and never less than 60 s after `sent_at`.
+pub fn daily_marker_expiration(day: Day, sent_at: DateTime<Utc>) -> i64 {
+    let sent_secs = sent_at.timestamp() + i64::from(sent_at.timestamp_subsec_nanos() > 0);
+    day.end().timestamp().max(sent_secs + MIN_EXPIRATION_SECS)
 }
 
 /// KV refuses expirations less than 60 s away.
@@ -117,9 +138,23 @@ impl MarkerStore {
 
     /// Every key under [`MARKER_PREFIX`] (all months).
     pub async fn list(&self) -> Result<Vec<String>, StoreError> {
+        self.list_prefix(MARKER_PREFIX).await
+    }
+
+    /// The accounts marked for `day` (daily markers), from one listing.
+    pub async fn marked_today(&self, day: Day) -> Result<HashSet<i64>, StoreError> {
+        Ok(self
+            .list_prefix(DAILY_MARKER_PREFIX)
+            .await?
+            .iter()
+            .filter_map(|k| parse_daily_marker_key(k, day))
+            .collect())
+    }
+
+    async fn list_prefix(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         match self {
             MarkerStore::Cloudflare(kv) => Ok(kv
-                .list_all(MARKER_PREFIX)
+                .list_all(prefix)
                 .await?
                 .into_iter()
                 .map(|k| k.name)
@@ -129,7 +164,11 @@ impl MarkerStore {
                 let now = chrono::Utc::now().timestamp();
                 let mut map = lock(map);
                 map.retain(|_, expiration| *expiration > now);
-                Ok(map.keys().cloned().collect())
+                Ok(map
+                    .keys()
+                    .filter(|k| k.starts_with(prefix))
+                    .cloned()
+                    .collect())
             }
             MarkerStore::Unconfigured => Err(StoreError::Unconfigured),
         }
@@ -241,6 +280,24 @@ mod tests {
         let stale = Utc::now() - chrono::Duration::hours(1);
         let month = Month::containing(stale);
         assert!(marker_expiration(month, sending_at(stale)) >= Utc::now().timestamp() + 60);
+    }
+
+    #[test]
+    fn daily_marker_keys_follow_the_spec_and_expire_at_the_day_end() {
+        let day = Day::containing(at("2026-11-30T12:00:00Z"));
+        let key = daily_marker_key(42, day);
+        assert_eq!(
+            key,
+            format!("usage-exhausted-daily:42:{}", day.start_unix())
+        );
+        assert_eq!(parse_daily_marker_key(&key, day), Some(42));
+        assert_eq!(parse_marker_key(&key, day.month()), None);
+        assert_eq!(
+            daily_marker_expiration(day, at("2026-11-30T12:00:00Z")),
+            day.end().timestamp()
+        );
+        let late = at("2026-11-30T23:59:30Z");
+        assert_eq!(daily_marker_expiration(day, late), late.timestamp() + 60);
     }
 
     #[test]

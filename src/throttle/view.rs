@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
-use crate::month::Month;
+use crate::month::{Day, Month};
 
 /// How long this replica's own marker writes and deletes override listings.
 pub const OWN_CHANGES_TTL: Duration = Duration::from_secs(90);
@@ -24,6 +24,9 @@ struct Snapshot {
     refreshed_at: Option<Instant>,
     /// This replica's recent changes: account → (month, marked, when).
     own: HashMap<i64, (Option<Month>, bool, Instant)>,
+    /// The daily window's markers: the day they are of, and the accounts marked.
+    day: Option<Day>,
+    day_accounts: HashSet<i64>,
 }
 
 /// What the view says about one account.
@@ -50,6 +53,8 @@ impl MarkerView {
                 accounts: HashSet::new(),
                 refreshed_at: None,
                 own: HashMap::new(),
+                day: None,
+                day_accounts: HashSet::new(),
             }),
             max_staleness,
         }
@@ -134,6 +139,38 @@ impl MarkerView {
         let mut snap = self.write();
         snap.accounts.remove(&account_id);
         snap.own.insert(account_id, (None, false, Instant::now()));
+    }
+
+    /// Whether `account_id` has a daily marker for `day` (fresh or not: daily markers
+    /// ride on the monthly view's freshness, checked by [`MarkerView::lookup`]).
+    pub fn day_marked(&self, account_id: i64, day: Day) -> bool {
+        let snap = self.read();
+        snap.day == Some(day) && snap.day_accounts.contains(&account_id)
+    }
+
+    /// Replaces the daily markers with a listing of `day`'s.
+    pub fn replace_day(&self, day: Day, accounts: HashSet<i64>) {
+        let mut snap = self.write();
+        snap.day = Some(day);
+        snap.day_accounts = accounts;
+    }
+
+    /// Records a daily marker this replica wrote or found; an older day's is ignored.
+    pub fn insert_day(&self, account_id: i64, day: Day) {
+        let mut snap = self.write();
+        if snap.day.is_some_and(|current| day < current) {
+            return;
+        }
+        if snap.day != Some(day) {
+            snap.day = Some(day);
+            snap.day_accounts.clear();
+        }
+        snap.day_accounts.insert(account_id);
+    }
+
+    /// Forgets a daily marker this replica deleted.
+    pub fn remove_day(&self, account_id: i64) {
+        self.write().day_accounts.remove(&account_id);
     }
 
     /// Number of markers held and the age of the last good listing.

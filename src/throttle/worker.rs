@@ -15,9 +15,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::core::{Command, Inner};
-use super::store::{StoreError, marker_expiration, marker_key, sending_at};
+use super::store::{
+    StoreError, daily_marker_expiration, daily_marker_key, marker_expiration, marker_key,
+    sending_at,
+};
 use crate::error::anyhow_chain;
-use crate::month::Month;
+use crate::month::{Day, Month};
 use crate::sync::lock;
 
 pub(super) async fn run(
@@ -71,6 +74,18 @@ async fn execute(inner: &Inner, commands: Vec<Command>) {
             Command::Restore { account_id, month } => {
                 exhaust_all(inner, std::mem::take(&mut exhausts)).await;
                 restore(inner, account_id, month).await;
+            }
+            Command::ExhaustDay {
+                account_id,
+                day,
+                now,
+            } => exhaust_day(inner, account_id, day, now).await,
+            Command::RestoreDay { account_id, day } => {
+                let key = daily_marker_key(account_id, day);
+                match inner.store.delete(&key).await {
+                    Ok(()) => inner.view.remove_day(account_id),
+                    Err(e) => failed(inner, "restore_day", &e),
+                }
             }
         }
     }
@@ -160,11 +175,40 @@ fn failed(inner: &Inner, op: &'static str, err: &StoreError) {
 }
 
 async fn refresh(inner: &Inner) {
-    let month = Month::containing(Utc::now());
+    let now = Utc::now();
+    let month = Month::containing(now);
     let started = Instant::now();
     match inner.store.marked_accounts(month).await {
         Ok(accounts) => inner.view.replace(month, accounts, started),
         Err(e) => failed(inner, "refresh", &e),
+    }
+    if inner.daily_in_use.load(Ordering::Relaxed) {
+        let day = Day::containing(now);
+        match inner.store.marked_today(day).await {
+            Ok(accounts) => inner.view.replace_day(day, accounts),
+            Err(e) => failed(inner, "refresh_day", &e),
+        }
+    }
+}
+
+async fn exhaust_day(inner: &Inner, account_id: i64, day: Day, now: chrono::DateTime<Utc>) {
+    let key = daily_marker_key(account_id, day);
+    let result = async {
+        if !inner.store.exists(&key).await? {
+            inner
+                .store
+                .put(&key, daily_marker_expiration(day, sending_at(now)))
+                .await?;
+        }
+        Ok::<_, StoreError>(())
+    }
+    .await;
+    match result {
+        Ok(()) => {
+            inner.view.insert_day(account_id, day);
+            tracing::info!(account_id, key, "daily exhaustion marker written");
+        }
+        Err(e) => failed(inner, "exhaust_day", &e),
     }
 }
 

@@ -22,6 +22,10 @@ pub struct UsageEvent {
     pub method: axum::http::Method,
     pub route: String,
     pub upstream_status: u16,
+    /// Units the call costs (its route's price, or the upstream's own figure).
+    pub cost: i64,
+    /// The replica whose reserved units of a hard plan the call was forwarded on.
+    pub reserved_by: Option<Uuid>,
 }
 
 /// Why an event was not queued.

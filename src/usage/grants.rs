@@ -47,7 +47,7 @@ pub async fn create_free_subscription(
     let sub: Subscription = sqlx::query_as(
         "INSERT INTO subscription (account_id, plan, starts_at, monthly_allowance)
          VALUES ($1, $2, $3, $4)
-         RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at",
+         RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement",
     )
     .bind(account_id)
     .bind(FREE_PLAN)
@@ -88,7 +88,7 @@ pub async fn load_subscriptions(
     account_ids: &[i64],
 ) -> Result<HashMap<i64, Vec<Subscription>>, sqlx::Error> {
     let rows: Vec<Subscription> = sqlx::query_as(
-        "SELECT id, account_id, plan, monthly_allowance, starts_at, expires_at
+        "SELECT id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement
          FROM subscription WHERE account_id = ANY($1)",
     )
     .bind(account_ids)

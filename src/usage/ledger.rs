@@ -20,8 +20,13 @@ use super::grants::{
     Grant, allowance_of, ensure_free_subscriptions, ensure_snapshots, load_snapshots,
     load_subscriptions,
 };
-use super::rules::{MarkerAction, Standing, Subscription, active_subscription, marker_action};
-use crate::month::Month;
+use super::quota::{QuotaView, announce};
+use super::report::load_credits;
+use super::rules::{
+    MarkerAction, Standing, Subscription, active_subscription, beyond_allowance, credits_at,
+    daily_marker_action, marker_action, spend_credits, standing_of,
+};
+use crate::month::{Day, Month};
 use crate::sync::lock;
 use crate::throttle::Throttler;
 
@@ -38,6 +43,8 @@ pub struct BatchOutcome {
     pub ignored: usize,
     /// Accounts found with nothing remaining in the current month.
     pub exhausted: Vec<i64>,
+    /// Where each account with calls accounted in the current month now stands.
+    pub standings: Vec<Standing>,
     /// Accounts whose row lock was held elsewhere ([`Locks::SkipBusy`]): their events
     /// were left out of this batch, to be accounted later.
     pub busy: Vec<i64>,
@@ -72,6 +79,7 @@ pub struct Accountant {
     throttler: Throttler,
     known: KnownSnapshots,
     lock_timeout: Duration,
+    quota: QuotaView,
 }
 
 impl Accountant {
@@ -83,7 +91,15 @@ impl Accountant {
             throttler,
             known: Default::default(),
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            quota: QuotaView::disabled(),
         }
+    }
+
+    /// Keeps this replica's quota view current with what it accounts, and tells the
+    /// other replicas' views which accounts changed.
+    pub fn with_quota(mut self, quota: QuotaView) -> Self {
+        self.quota = quota;
+        self
     }
 
     /// Bounds every wait for an account's row lock (`usage_check.lock_timeout_ms`).
@@ -242,49 +258,108 @@ impl Accountant {
         outcome.accounted = inserted.len();
         outcome.duplicates += known.len() - inserted.len();
 
-        let mut per_month: BTreeMap<(i64, Month), i64> = BTreeMap::new();
-        for e in known
+        let accounted: Vec<&UsageEvent> = known
             .iter()
+            .copied()
             .filter(|e| inserted.contains(&e.transaction_id))
-        {
+            .collect();
+        let mut per_month: BTreeMap<(i64, Month), i64> = BTreeMap::new();
+        let mut per_day: BTreeMap<(i64, Day), (i64, i64)> = BTreeMap::new();
+        let mut reserved: BTreeMap<(i64, Day, Uuid), i64> = BTreeMap::new();
+        for e in &accounted {
             *per_month
                 .entry((e.account_id, Month::containing(e.occurred_at)))
-                .or_default() += 1;
+                .or_default() += e.cost;
+            let day = per_day
+                .entry((e.account_id, Day::containing(e.occurred_at)))
+                .or_default();
+            day.0 += 1;
+            day.1 += e.cost;
+            if let Some(replica) = e.reserved_by {
+                *reserved
+                    .entry((e.account_id, Day::containing(e.occurred_at), replica))
+                    .or_default() += e.cost;
+            }
         }
         let used = bump_counters(&mut tx, &per_month).await?;
+        let used_on = bump_daily(&mut tx, &per_day).await?;
+        settle_reservations(&mut tx, &reserved).await?;
 
-        // Where each account touched this month stands, from what this batch holds.
-        let touched: Vec<(i64, &Subscription)> = per_month
+        // The allowance of every (account, month) the batch touched, for credit and
+        // standings: remembered snapshots first, the rest read once.
+        let active_in: HashMap<(i64, Month), &Subscription> = per_month
             .keys()
-            .filter(|(_, m)| *m == current)
-            .filter_map(|(a, _)| {
-                let list = subs.get(a)?;
-                Some((*a, active_subscription(list, now)?))
+            .filter_map(|(a, m)| {
+                let at = if *m == current { now } else { m.judged_at(now) };
+                Some(((*a, *m), active_subscription(subs.get(a)?, at)?))
             })
             .collect();
         let mut snapshots: HashMap<(i64, Month), i64> = HashMap::new();
         let mut missing = Vec::new();
         {
             let known_snapshots = self.known();
-            for (_, sub) in &touched {
-                match known_snapshots.get(&(sub.id, current)) {
+            for ((_, month), sub) in &active_in {
+                match known_snapshots.get(&(sub.id, *month)) {
                     Some(Some(allowance)) => {
-                        snapshots.insert((sub.id, current), *allowance);
+                        snapshots.insert((sub.id, *month), *allowance);
                     }
-                    _ => missing.push((sub.id, current)),
+                    _ => missing.push((sub.id, *month)),
                 }
             }
         }
         let loaded = load_snapshots(&mut tx, &missing).await?;
         snapshots.extend(&loaded);
-        let mut restored = Vec::new();
-        for (account_id, sub) in &touched {
-            let standing = Standing {
-                account_id: *account_id,
-                plan: sub.plan.clone(),
-                allowance: allowance_of(sub, current, &snapshots, self.free_monthly_calls),
-                used: used.get(&(*account_id, current)).copied().unwrap_or(0),
+        let allowance_in = |account_id: i64, month: Month| {
+            active_in
+                .get(&(account_id, month))
+                .map(|sub| allowance_of(sub, month, &snapshots, self.free_monthly_calls))
+        };
+
+        // Units beyond the allowance are paid from credit, earliest expiry first.
+        let mut credits = load_credits(&mut tx, &locked).await?;
+        let mut spent: Vec<(i64, i64)> = Vec::new();
+        for ((account_id, month), added) in &per_month {
+            let (Some(list), Some(allowance)) = (
+                credits.get_mut(account_id),
+                allowance_in(*account_id, *month),
+            ) else {
+                continue;
             };
+            let after = used.get(&(*account_id, *month)).copied().unwrap_or(*added);
+            let beyond = beyond_allowance(allowance, after - added, after);
+            let at = if *month == current {
+                now
+            } else {
+                month.judged_at(now)
+            };
+            for (id, take) in spend_credits(list, beyond, at) {
+                if let Some(c) = list.iter_mut().find(|c| c.id == id) {
+                    c.remaining -= take;
+                }
+                spent.push((id, take));
+            }
+        }
+        spend(&mut tx, &spent).await?;
+
+        // Where each account touched this month stands now, and what its markers become.
+        let today = Day::containing(now);
+        let mut restored = Vec::new();
+        let mut day_exhausted = Vec::new();
+        let mut day_restored = Vec::new();
+        for ((account_id, month), sub) in &active_in {
+            if *month != current {
+                continue;
+            }
+            let Some(allowance) = allowance_in(*account_id, current) else {
+                continue;
+            };
+            let standing = standing_of(
+                sub,
+                allowance,
+                used.get(&(*account_id, current)).copied().unwrap_or(0),
+                credits.get(account_id).map_or(0, |l| credits_at(l, now)),
+                used_on.get(&(*account_id, today)).copied().unwrap_or(0),
+            );
             // A marker this replica holds for an account with allowance again (e.g.
             // written by another replica just after an upgrade) is healed here.
             match marker_action(&standing, self.throttler.is_marked(*account_id, now)) {
@@ -292,7 +367,17 @@ impl Accountant {
                 MarkerAction::Restore => restored.push(*account_id),
                 MarkerAction::Keep => {}
             }
+            if used_on.contains_key(&(*account_id, today)) {
+                let marked = self.throttler.is_marked_today(*account_id, now);
+                match daily_marker_action(&standing, marked) {
+                    MarkerAction::Exhaust => day_exhausted.push(*account_id),
+                    MarkerAction::Restore => day_restored.push(*account_id),
+                    MarkerAction::Keep => {}
+                }
+            }
+            outcome.standings.push(standing);
         }
+        outcome.standings.sort_by_key(|s| s.account_id);
         // Handed over while the account locks are held: an upgrade that commits after
         // us queues its restore behind this exhaust on the same worker, so this
         // replica can never leave a marker on an account that has allowance again.
@@ -302,6 +387,14 @@ impl Accountant {
         for account_id in restored {
             self.throttler.restore(account_id, now);
         }
+        for account_id in day_exhausted {
+            self.throttler.exhaust_day(account_id, today, now);
+        }
+        for account_id in day_restored {
+            self.throttler.restore_day(account_id, now);
+        }
+        let changed: Vec<i64> = outcome.standings.iter().map(|s| s.account_id).collect();
+        announce(&mut tx, self.quota.replica(), &changed).await?;
         tx.commit().await?;
 
         // Only committed rows are remembered.
@@ -318,11 +411,9 @@ impl Accountant {
             known_snapshots.extend(loaded.into_iter().map(|(k, a)| (k, Some(a))));
         }
 
+        self.quota.observe(&outcome.standings, now);
         let committed = Utc::now();
-        for e in known
-            .iter()
-            .filter(|e| inserted.contains(&e.transaction_id))
-        {
+        for e in &accounted {
             let lag = (committed - e.occurred_at).to_std().unwrap_or_default();
             metrics::histogram!("tollgate_usage_accounting_lag_seconds").record(lag.as_secs_f64());
         }
@@ -349,7 +440,9 @@ async fn insert_ledger_rows(
         mut methods,
         mut routes,
         mut statuses,
+        mut costs,
     ) = (
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -368,12 +461,15 @@ async fn insert_ledger_rows(
         methods.push(e.method.as_str());
         routes.push(e.route.as_str());
         statuses.push(e.upstream_status as i16);
+        costs.push(e.cost);
     }
     let inserted: Vec<Uuid> = sqlx::query_scalar(
         "INSERT INTO subscription_tracking
-             (transaction_id, account_id, subscription_id, key_id, occurred_at, method, route, upstream_status)
+             (transaction_id, account_id, subscription_id, key_id, occurred_at, method, route,
+              upstream_status, cost)
          SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[],
-                              $5::timestamptz[], $6::text[], $7::text[], $8::smallint[])
+                              $5::timestamptz[], $6::text[], $7::text[], $8::smallint[],
+                              $9::bigint[])
          ON CONFLICT (transaction_id) DO NOTHING
          RETURNING transaction_id",
     )
@@ -385,6 +481,7 @@ async fn insert_ledger_rows(
     .bind(methods)
     .bind(routes)
     .bind(statuses)
+    .bind(costs)
     .fetch_all(conn)
     .await?;
     Ok(inserted.into_iter().collect())
@@ -416,4 +513,81 @@ async fn bump_counters(
         .into_iter()
         .map(|(account, start, used)| ((account, Month::containing(start)), used))
         .collect())
+}
+
+/// Adds the inserted rows to the per-day counters; returns the new `used` of each pair.
+async fn bump_daily(
+    conn: &mut sqlx::PgConnection,
+    per_day: &BTreeMap<(i64, Day), (i64, i64)>,
+) -> Result<HashMap<(i64, Day), i64>, sqlx::Error> {
+    if per_day.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let accounts: Vec<i64> = per_day.keys().map(|(a, _)| *a).collect();
+    let days: Vec<DateTime<Utc>> = per_day.keys().map(|(_, d)| d.start()).collect();
+    let calls: Vec<i64> = per_day.values().map(|(c, _)| *c).collect();
+    let units: Vec<i64> = per_day.values().map(|(_, u)| *u).collect();
+    let rows: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(
+        "INSERT INTO usage_daily (account_id, day_start, calls, used)
+         SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
+         ON CONFLICT (account_id, day_start) DO UPDATE
+             SET calls = usage_daily.calls + EXCLUDED.calls, used = usage_daily.used + EXCLUDED.used
+         RETURNING account_id, day_start, used",
+    )
+    .bind(accounts)
+    .bind(days)
+    .bind(calls)
+    .bind(units)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(account, start, used)| ((account, Day::containing(start)), used))
+        .collect())
+}
+
+/// Moves units of hard plans from "reserved by a replica" to "accounted".
+async fn settle_reservations(
+    conn: &mut sqlx::PgConnection,
+    reserved: &BTreeMap<(i64, Day, Uuid), i64>,
+) -> Result<(), sqlx::Error> {
+    if reserved.is_empty() {
+        return Ok(());
+    }
+    let accounts: Vec<i64> = reserved.keys().map(|(a, _, _)| *a).collect();
+    let days: Vec<DateTime<Utc>> = reserved.keys().map(|(_, d, _)| d.start()).collect();
+    let replicas: Vec<Uuid> = reserved.keys().map(|(_, _, r)| *r).collect();
+    let units: Vec<i64> = reserved.values().copied().collect();
+    sqlx::query(
+        "UPDATE quota_reservation r SET accounted = r.accounted + u.units
+         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::uuid[], $4::bigint[])
+             AS u(account_id, day_start, replica, units)
+         WHERE r.account_id = u.account_id AND r.day_start = u.day_start
+           AND r.replica = u.replica",
+    )
+    .bind(accounts)
+    .bind(days)
+    .bind(replicas)
+    .bind(units)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Takes spent units off their top-up grants.
+async fn spend(conn: &mut sqlx::PgConnection, spent: &[(i64, i64)]) -> Result<(), sqlx::Error> {
+    if spent.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = spent.iter().map(|(id, _)| *id).collect();
+    let units: Vec<i64> = spent.iter().map(|(_, u)| *u).collect();
+    sqlx::query(
+        "UPDATE credit_grant g SET remaining = g.remaining - s.units
+         FROM UNNEST($1::bigint[], $2::bigint[]) AS s(id, units) WHERE g.id = s.id",
+    )
+    .bind(ids)
+    .bind(units)
+    .execute(conn)
+    .await?;
+    Ok(())
 }

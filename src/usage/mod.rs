@@ -8,10 +8,13 @@ pub mod event;
 pub mod grants;
 pub mod ledger;
 pub mod listener;
+pub mod quota;
 pub mod reconcile;
 pub mod report;
 pub mod rules;
+pub mod series;
 pub mod subscriptions;
+pub mod topups;
 
 pub use event::{PublishOutcome, UsageEvent, UsagePublisher};
 pub use ledger::{Accountant, BatchOutcome, Locks};

@@ -12,8 +12,11 @@ use sqlx::PgConnection;
 use utoipa::ToSchema;
 
 use super::grants::{allowance_of, load_snapshots, load_subscriptions};
-use super::rules::{FREE_PLAN, Standing, active_subscription};
-use crate::month::Month;
+use super::rules::{
+    Credit, Enforcement, FREE_PLAN, Standing, Subscription, active_subscription, credits_at,
+    standing_of,
+};
+use crate::month::{Day, Month};
 
 /// The usage object of SPEC §3.4.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
@@ -25,9 +28,25 @@ pub struct UsageReport {
     pub month_end: DateTime<Utc>,
     pub plan: String,
     pub allowance: i64,
+    /// Units accounted in the month (a call costs 1 unless priced otherwise).
     pub used: i64,
+    /// `max(0, allowance - used) + credits`.
     pub remaining: i64,
     pub exhausted: bool,
+    /// Top-up units left.
+    pub credits: i64,
+    pub enforcement: Enforcement,
+    /// The day's window, or `null` when the plan has no daily allowance.
+    pub daily: Option<DailyReport>,
+}
+
+/// The daily window of a usage object.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct DailyReport {
+    pub day_start: DateTime<Utc>,
+    pub allowance: i64,
+    pub used: i64,
+    pub remaining: i64,
 }
 
 /// Calls accounted per account in `month`; accounts without calls are absent.
@@ -46,6 +65,44 @@ pub async fn load_used(
     Ok(rows.into_iter().collect())
 }
 
+/// Units accounted per account on `day`; accounts without calls are absent.
+pub async fn load_daily_used(
+    conn: &mut PgConnection,
+    account_ids: &[i64],
+    day: Day,
+) -> Result<HashMap<i64, i64>, sqlx::Error> {
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT account_id, used FROM usage_daily WHERE account_id = ANY($1) AND day_start = $2",
+    )
+    .bind(account_ids)
+    .bind(day.start())
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Top-up grants with units left, by account.
+pub async fn load_credits(
+    conn: &mut PgConnection,
+    account_ids: &[i64],
+) -> Result<HashMap<i64, Vec<Credit>>, sqlx::Error> {
+    let rows: Vec<Credit> = sqlx::query_as(
+        "SELECT id, account_id, remaining, expires_at FROM credit_grant
+         WHERE account_id = ANY($1) AND remaining > 0",
+    )
+    .bind(account_ids)
+    .fetch_all(conn)
+    .await?;
+    let mut by_account: HashMap<i64, Vec<Credit>> = HashMap::new();
+    for credit in rows {
+        by_account
+            .entry(credit.account_id)
+            .or_default()
+            .push(credit);
+    }
+    Ok(by_account)
+}
+
 /// Standings of `account_ids` in `month`, judged at `month.judged_at(now)`.
 /// Accounts that do not exist are left out.
 pub async fn standings(
@@ -57,7 +114,8 @@ pub async fn standings(
 ) -> Result<Vec<Standing>, sqlx::Error> {
     let subs = load_subscriptions(conn, account_ids).await?;
     let at = month.judged_at(now);
-    let active: Vec<(i64, Option<_>)> = account_ids
+    let day = Day::containing(at);
+    let active: Vec<(i64, Option<Subscription>)> = account_ids
         .iter()
         .map(|id| {
             let chosen = subs
@@ -73,22 +131,31 @@ pub async fn standings(
         .collect();
     let snapshots = load_snapshots(conn, &keys).await?;
     let used = load_used(conn, account_ids, month).await?;
+    let daily_used = load_daily_used(conn, account_ids, day).await?;
+    let credits = load_credits(conn, account_ids).await?;
     Ok(active
         .into_iter()
         .filter(|(id, sub)| sub.is_some() || used.contains_key(id))
         .map(|(account_id, sub)| {
-            let (plan, allowance) = match sub {
+            let credits = credits
+                .get(&account_id)
+                .map_or(0, |list| credits_at(list, at));
+            let used = used.get(&account_id).copied().unwrap_or(0);
+            let day_used = daily_used.get(&account_id).copied().unwrap_or(0);
+            match sub {
                 Some(s) => {
                     let allowance = allowance_of(&s, month, &snapshots, free_monthly_calls);
-                    (s.plan, allowance)
+                    standing_of(&s, allowance, used, credits, day_used)
                 }
-                None => (FREE_PLAN.to_owned(), free_monthly_calls),
-            };
-            Standing {
-                account_id,
-                plan,
-                allowance,
-                used: used.get(&account_id).copied().unwrap_or(0),
+                None => Standing {
+                    account_id,
+                    plan: FREE_PLAN.to_owned(),
+                    enforcement: Enforcement::Soft,
+                    allowance: free_monthly_calls,
+                    used,
+                    credits,
+                    daily: None,
+                },
             }
         })
         .collect())
@@ -116,18 +183,30 @@ pub async fn usage_report(
         .unwrap_or(Standing {
             account_id,
             plan: FREE_PLAN.into(),
+            enforcement: Enforcement::Soft,
             allowance: free_monthly_calls,
             used: 0,
+            credits: 0,
+            daily: None,
         });
+    let day = Day::containing(month.judged_at(now));
     Ok(Some(UsageReport {
         account_id,
         month_start: month.start(),
         month_end: month.end(),
         remaining: standing.remaining(),
         exhausted: standing.exhausted(),
+        daily: standing.daily.map(|d| DailyReport {
+            day_start: day.start(),
+            allowance: d.allowance,
+            used: d.used,
+            remaining: d.remaining(),
+        }),
         plan: standing.plan,
         allowance: standing.allowance,
         used: standing.used,
+        credits: standing.credits,
+        enforcement: standing.enforcement,
     }))
 }
 

@@ -1,15 +1,50 @@
-//! The pure rules of SPEC §4: which subscription is active, and what a month allows.
+//! The pure rules of SPEC §4 and §6: which subscription is active, what a month and a
+//! day allow, how credit is spent, and what a marker should become.
 //!
 //! Everything here is a function of its arguments (time included), so the edges —
 //! the last millisecond of a month, a start instant, an expiry instant — are unit
 //! tested without a clock or a database.
 
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::month::Month;
 
 /// The reserved plan name of every account's free grant.
 pub const FREE_PLAN: &str = "free";
+
+/// How an exhausted account is treated (SPEC §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Enforcement {
+    /// Throttled by the admission hash; admitted calls are still accounted.
+    #[default]
+    Soft,
+    /// Refused with `429 QUOTA_EXCEEDED`, never forwarded.
+    Hard,
+}
+
+impl Enforcement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforcement::Soft => "soft",
+            Enforcement::Hard => "hard",
+        }
+    }
+}
+
+impl TryFrom<String> for Enforcement {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, String> {
+        match value.as_str() {
+            "soft" => Ok(Enforcement::Soft),
+            "hard" => Ok(Enforcement::Hard),
+            other => Err(format!("unknown enforcement `{other}`")),
+        }
+    }
+}
 
 /// One row of `subscription`.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -20,7 +55,15 @@ pub struct Subscription {
     pub monthly_allowance: i64,
     pub starts_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// A second cap per UTC day, or none.
+    pub daily_allowance: Option<i64>,
+    #[sqlx(try_from = "String")]
+    pub enforcement: Enforcement,
 }
+
+/// The columns of [`Subscription`], for queries that load it.
+pub const SUBSCRIPTION_COLUMNS: &str =
+    "id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement";
 
 impl Subscription {
     pub fn is_free(&self) -> bool {
@@ -61,22 +104,82 @@ pub fn remaining(allowance: i64, used: i64) -> i64 {
     (allowance - used).max(0)
 }
 
-/// An account's position in one month: the active plan, what it allows, what was used.
+/// An account's position in one month: the active plan, what it allows, what was used
+/// (in units), the top-up credit left, and the day's window when the plan has one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Standing {
     pub account_id: i64,
     pub plan: String,
+    pub enforcement: Enforcement,
+    pub allowance: i64,
+    pub used: i64,
+    /// Top-up units left (valid at the instant judged).
+    pub credits: i64,
+    pub daily: Option<DailyStanding>,
+}
+
+/// Where an account stands in one UTC day of a plan with a daily allowance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DailyStanding {
     pub allowance: i64,
     pub used: i64,
 }
 
-impl Standing {
+impl DailyStanding {
     pub fn remaining(&self) -> i64 {
         remaining(self.allowance, self.used)
     }
+}
 
+impl Standing {
+    /// `max(0, allowance - used) + credits`: once the allowance is used up, credit pays.
+    pub fn remaining(&self) -> i64 {
+        remaining(self.allowance, self.used).saturating_add(self.credits)
+    }
+
+    /// Nothing left this month, credit included.
     pub fn exhausted(&self) -> bool {
         self.remaining() == 0
+    }
+
+    /// The day's remaining units, when the plan caps days.
+    pub fn daily_remaining(&self) -> Option<i64> {
+        self.daily.map(|d| d.remaining())
+    }
+
+    /// The day's allowance is used up (the month may still have units).
+    pub fn daily_exhausted(&self) -> bool {
+        self.daily_remaining() == Some(0)
+    }
+
+    /// What the account may still use now: the smaller of the month and the day.
+    pub fn available(&self) -> i64 {
+        self.daily_remaining()
+            .map_or(self.remaining(), |d| d.min(self.remaining()))
+    }
+}
+
+/// The standing of an account on `sub` (its active subscription) from the figures
+/// read or accounted: the month's allowance and units used, the credit valid now and
+/// the units used today (which matter only when the plan caps days).
+pub fn standing_of(
+    sub: &Subscription,
+    allowance: i64,
+    used: i64,
+    credits: i64,
+    used_today: i64,
+) -> Standing {
+    Standing {
+        account_id: sub.account_id,
+        plan: sub.plan.clone(),
+        enforcement: sub.enforcement,
+        allowance,
+        used,
+        credits,
+        daily: sub.daily_allowance.map(|allowance| DailyStanding {
+            allowance,
+            used: used_today,
+        }),
     }
 }
 
@@ -91,17 +194,102 @@ pub enum MarkerAction {
     Keep,
 }
 
-/// The marker rule of SPEC §4: exhausted accounts are marked, accounts with allowance
-/// are not. `maybe_marked` says whether a marker may exist (this replica's view holds
-/// one, or the standing changed in a way no view has seen yet, as an activation).
+/// The monthly marker rule of SPEC §4 and §6: a soft account with nothing left (credit
+/// included) is marked; any other account is not (a hard account is refused before
+/// admission, never throttled by hash). `maybe_marked` says whether a marker may exist
+/// (this replica's view holds one, or the standing changed in a way no view has seen
+/// yet, as an activation).
 pub fn marker_action(standing: &Standing, maybe_marked: bool) -> MarkerAction {
-    if standing.exhausted() {
+    wanted(
+        standing.enforcement == Enforcement::Soft && standing.exhausted(),
+        maybe_marked,
+    )
+}
+
+/// The daily marker rule: a soft account whose day is used up is marked for the day.
+pub fn daily_marker_action(standing: &Standing, maybe_marked: bool) -> MarkerAction {
+    wanted(
+        standing.enforcement == Enforcement::Soft && standing.daily_exhausted(),
+        maybe_marked,
+    )
+}
+
+fn wanted(marked: bool, maybe_marked: bool) -> MarkerAction {
+    if marked {
         MarkerAction::Exhaust
     } else if maybe_marked {
         MarkerAction::Restore
     } else {
         MarkerAction::Keep
     }
+}
+
+/// Units of a batch that fall beyond the month's allowance, to be paid from credit:
+/// those that took `used` past `allowance`, and none that were already within it.
+pub fn beyond_allowance(allowance: i64, used_before: i64, used_after: i64) -> i64 {
+    let over = |used: i64| (used - allowance).max(0);
+    over(used_after) - over(used_before)
+}
+
+/// One top-up grant, as spending sees it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Credit {
+    pub id: i64,
+    pub account_id: i64,
+    pub remaining: i64,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl Credit {
+    pub fn is_valid_at(&self, at: DateTime<Utc>) -> bool {
+        self.expires_at.is_none_or(|end| at < end)
+    }
+}
+
+/// Units of credit valid at `at`.
+pub fn credits_at(credits: &[Credit], at: DateTime<Utc>) -> i64 {
+    credits
+        .iter()
+        .filter(|c| c.is_valid_at(at))
+        .map(|c| c.remaining)
+        .sum()
+}
+
+/// How `units` are paid from `credits` valid at `at`: earliest expiry first (grants
+/// that never expire last, then the oldest grant), as `(grant id, units taken)`. What
+/// credit cannot cover stays unpaid (soft plans record it beyond the allowance).
+pub fn spend_credits(credits: &[Credit], units: i64, at: DateTime<Utc>) -> Vec<(i64, i64)> {
+    let mut valid: Vec<&Credit> = credits
+        .iter()
+        .filter(|c| c.is_valid_at(at) && c.remaining > 0)
+        .collect();
+    valid.sort_by_key(|c| (c.expires_at.is_none(), c.expires_at, c.id));
+    let mut left = units.max(0);
+    let mut taken = Vec::new();
+    for c in valid {
+        if left == 0 {
+            break;
+        }
+        let take = left.min(c.remaining);
+        taken.push((c.id, take));
+        left -= take;
+    }
+    taken
+}
+
+/// Largest block of units one replica reserves at once.
+pub const MAX_RESERVATION_BLOCK: i64 = 1_000;
+
+/// Units a replica reserves for a hard plan when it needs `cost` and the account has
+/// `available` units not yet used or reserved: a quarter of what is left (so the last
+/// units are shared out in ever smaller blocks and none sit on an idle replica), at
+/// least the call's cost (and one unit), at most [`MAX_RESERVATION_BLOCK`]; 0 when the
+/// call does not fit, or nothing is left at all (even a free call is refused then).
+pub fn reservation_block(available: i64, cost: i64) -> i64 {
+    if available <= 0 || cost > available {
+        return 0;
+    }
+    (available / 4).min(MAX_RESERVATION_BLOCK).max(cost).max(1)
 }
 
 #[cfg(test)]
@@ -120,6 +308,8 @@ mod tests {
             monthly_allowance: allowance,
             starts_at: at(start),
             expires_at: end.map(at),
+            daily_allowance: None,
+            enforcement: Enforcement::Soft,
         }
     }
 
@@ -254,9 +444,125 @@ mod tests {
         Standing {
             account_id: 1,
             plan: "pro".into(),
+            enforcement: Enforcement::Soft,
             allowance,
             used,
+            credits: 0,
+            daily: None,
         }
+    }
+
+    fn credit(id: i64, remaining: i64, expires: Option<&str>) -> Credit {
+        Credit {
+            id,
+            account_id: 1,
+            remaining,
+            expires_at: expires.map(at),
+        }
+    }
+
+    #[test]
+    fn credit_counts_only_once_the_allowance_is_used_up() {
+        let with_credit = Standing {
+            credits: 5,
+            ..standing(10, 4)
+        };
+        assert_eq!(with_credit.remaining(), 11);
+        let spent = Standing {
+            credits: 5,
+            ..standing(10, 12)
+        };
+        assert_eq!(spent.remaining(), 5);
+        assert!(!spent.exhausted());
+        assert!(
+            Standing {
+                credits: 0,
+                ..spent
+            }
+            .exhausted()
+        );
+    }
+
+    #[test]
+    fn the_last_unit_of_a_day_exhausts_the_day_not_the_month() {
+        let day_done = Standing {
+            daily: Some(DailyStanding {
+                allowance: 100,
+                used: 100,
+            }),
+            ..standing(3000, 100)
+        };
+        assert!(day_done.daily_exhausted() && !day_done.exhausted());
+        assert_eq!(day_done.available(), 0);
+        assert_eq!(daily_marker_action(&day_done, false), MarkerAction::Exhaust);
+        assert_eq!(marker_action(&day_done, false), MarkerAction::Keep);
+        let one_left = Standing {
+            daily: Some(DailyStanding {
+                allowance: 100,
+                used: 99,
+            }),
+            ..day_done.clone()
+        };
+        assert_eq!(one_left.available(), 1);
+        assert_eq!(daily_marker_action(&one_left, true), MarkerAction::Restore);
+    }
+
+    #[test]
+    fn a_hard_plan_is_never_marked_and_loses_a_soft_marker() {
+        let hard = Standing {
+            enforcement: Enforcement::Hard,
+            ..standing(10, 10)
+        };
+        assert_eq!(marker_action(&hard, false), MarkerAction::Keep);
+        assert_eq!(marker_action(&hard, true), MarkerAction::Restore);
+    }
+
+    #[test]
+    fn a_priced_call_crossing_the_allowance_pays_only_its_excess_from_credit() {
+        assert_eq!(beyond_allowance(100, 95, 105), 5);
+        assert_eq!(beyond_allowance(100, 90, 100), 0);
+        assert_eq!(beyond_allowance(100, 100, 107), 7);
+        assert_eq!(beyond_allowance(100, 120, 125), 5);
+    }
+
+    #[test]
+    fn credit_is_spent_earliest_expiry_first_and_never_expiring_last() {
+        let now = at("2026-11-15T00:00:00Z");
+        let credits = [
+            credit(1, 10, None),
+            credit(2, 3, Some("2026-12-01T00:00:00Z")),
+            credit(3, 4, Some("2026-11-20T00:00:00Z")),
+            credit(4, 50, Some("2026-11-15T00:00:00Z")),
+        ];
+        assert_eq!(credits_at(&credits, now), 17);
+        assert_eq!(
+            spend_credits(&credits, 9, now),
+            vec![(3, 4), (2, 3), (1, 2)]
+        );
+        assert_eq!(
+            spend_credits(&credits, 40, now),
+            vec![(3, 4), (2, 3), (1, 10)]
+        );
+    }
+
+    #[test]
+    fn credit_expiring_mid_month_stops_counting_at_its_expiry_instant() {
+        let credits = [credit(1, 10, Some("2026-11-20T00:00:00Z"))];
+        assert_eq!(credits_at(&credits, at("2026-11-19T23:59:59.999Z")), 10);
+        assert_eq!(credits_at(&credits, at("2026-11-20T00:00:00Z")), 0);
+        assert!(spend_credits(&credits, 1, at("2026-11-20T00:00:00Z")).is_empty());
+    }
+
+    #[test]
+    fn reservation_blocks_shrink_as_the_allowance_runs_out() {
+        assert_eq!(reservation_block(100_000, 1), MAX_RESERVATION_BLOCK);
+        assert_eq!(reservation_block(400, 1), 100);
+        assert_eq!(reservation_block(3, 1), 1);
+        assert_eq!(reservation_block(3, 3), 3);
+        assert_eq!(reservation_block(2, 3), 0);
+        assert_eq!(reservation_block(0, 1), 0);
+        assert_eq!(reservation_block(0, 0), 0);
+        assert_eq!(reservation_block(3, 0), 1);
     }
 
     #[test]

@@ -9,9 +9,12 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use super::grants::{Grant, ensure_free_subscriptions, ensure_snapshots, load_subscriptions};
+use super::quota::{QuotaView, announce};
 use super::report::standings;
-use super::rules::{MarkerAction, Standing, Subscription, marker_action};
-use crate::month::Month;
+use super::rules::{
+    Enforcement, MarkerAction, Standing, Subscription, daily_marker_action, marker_action,
+};
+use crate::month::{Day, Month};
 use crate::throttle::Throttler;
 
 /// What an operator asks for.
@@ -21,6 +24,8 @@ pub struct NewSubscription {
     pub monthly_allowance: i64,
     pub starts_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
+    pub daily_allowance: Option<i64>,
+    pub enforcement: Enforcement,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +50,7 @@ pub struct Activated {
 pub async fn activate(
     db: &PgPool,
     throttler: &Throttler,
+    quota: &QuotaView,
     account_id: i64,
     new: &NewSubscription,
     now: DateTime<Utc>,
@@ -60,15 +66,18 @@ pub async fn activate(
         return Err(ActivationError::AccountNotFound);
     }
     let subscription: Subscription = sqlx::query_as(
-        "INSERT INTO subscription (account_id, plan, starts_at, expires_at, monthly_allowance)
-         VALUES ($1, $2, $3, $4, $5)
-         RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at",
+        "INSERT INTO subscription
+             (account_id, plan, starts_at, expires_at, monthly_allowance, daily_allowance, enforcement)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement",
     )
     .bind(account_id)
     .bind(&new.plan)
     .bind(new.starts_at)
     .bind(new.expires_at)
     .bind(new.monthly_allowance)
+    .bind(new.daily_allowance)
+    .bind(new.enforcement.as_str())
     .fetch_one(&mut *tx)
     .await?;
 
@@ -91,14 +100,12 @@ pub async fn activate(
             .into_iter()
             .next();
     }
+    announce(&mut tx, quota.replica(), &[account_id]).await?;
     tx.commit().await?;
+    quota.forget(&[account_id]);
     if let Some(standing) = &standing {
         // Another replica's marker may stand whatever this one's view says.
-        match marker_action(standing, true) {
-            MarkerAction::Exhaust => throttler.exhaust(account_id, current, now),
-            MarkerAction::Restore => throttler.restore(account_id, now),
-            MarkerAction::Keep => {}
-        }
+        apply_markers(throttler, standing, now);
     }
     tracing::info!(subscription_id = subscription.id, plan = %subscription.plan,
         monthly_allowance = subscription.monthly_allowance, "subscription activated");
@@ -106,4 +113,22 @@ pub async fn activate(
         subscription,
         standing,
     })
+}
+
+/// Makes the account's markers follow a standing that just changed outside accounting
+/// (an activation, a top-up): another replica's marker may stand whatever this
+/// replica's view says, so an account with units again is always restored.
+pub fn apply_markers(throttler: &Throttler, standing: &Standing, now: DateTime<Utc>) {
+    let account_id = standing.account_id;
+    match marker_action(standing, true) {
+        MarkerAction::Exhaust => throttler.exhaust(account_id, Month::containing(now), now),
+        MarkerAction::Restore => throttler.restore(account_id, now),
+        MarkerAction::Keep => {}
+    }
+    let marked_today = throttler.is_marked_today(account_id, now);
+    match daily_marker_action(standing, marked_today) {
+        MarkerAction::Exhaust => throttler.exhaust_day(account_id, Day::containing(now), now),
+        MarkerAction::Restore => throttler.restore_day(account_id, now),
+        MarkerAction::Keep => {}
+    }
 }

@@ -4,7 +4,8 @@
 //! a few special routes under either prefix:
 //! `status/{code}` answers that status; `slow/{ms}` waits before the head;
 //! `bytes/{n}` streams `n` bytes; `echo` streams the request body back; `count`
-//! reads the body and answers its length. Anything else answers a small JSON body.
+//! reads the body and answers its length; `cost/{n}` reports the call's cost as `n` in
+//! the `x-call-cost` header. Anything else answers a small JSON body.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +19,9 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+
+/// The header by which `cost/{n}` reports a call's cost.
+pub const COST_HEADER: &str = "x-call-cost";
 
 /// One request as the upstream saw it.
 #[derive(Debug, Clone)]
@@ -123,6 +127,14 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                 .and_then(|c| StatusCode::from_u16(c).ok())
                 .unwrap_or(StatusCode::BAD_REQUEST);
             (status, axum::Json(json!({"status": status.as_u16()}))).into_response()
+        }
+        ("cost", Some(n)) => {
+            record(0);
+            let mut response = axum::Json(json!({"priced": n})).into_response();
+            if let Ok(value) = axum::http::HeaderValue::from_str(n) {
+                response.headers_mut().insert(COST_HEADER, value);
+            }
+            response
         }
         ("slow", Some(ms)) => {
             record(0);

@@ -1,0 +1,93 @@
+//! `POST /admin/v1/accounts/{account_id}/grants`: one-off top-ups (SPEC §3.3, §6).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::handlers::parse_account_id;
+use crate::auth::AdminPrincipal;
+use crate::error::{ApiError, ErrorBody, JsonBody, PathParams};
+use crate::month::storable;
+use crate::state::AppState;
+use crate::usage::subscriptions::ActivationError;
+use crate::usage::topups::add_credit;
+
+/// Largest top-up at once.
+const MAX_CALLS: i64 = 1_000_000_000_000;
+
+/// Unknown fields are refused, as for subscriptions.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrantRequest {
+    /// Units of credit, at least 1.
+    #[schema(minimum = 1)]
+    pub calls: i64,
+    /// When the credit lapses (exclusive); `null` for never.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GrantCreated {
+    pub grant_id: i64,
+    pub calls: i64,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// Adds top-up credit, spent once the month's allowance is used up.
+#[utoipa::path(post, path = "/admin/v1/accounts/{account_id}/grants", tag = "admin",
+    security(("admin" = [])),
+    params(("account_id" = i64, Path)),
+    request_body = GrantRequest,
+    responses(
+        (status = 201, body = GrantCreated),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 404, description = "ACCOUNT_NOT_FOUND", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+    ))]
+pub async fn create_grant(
+    _admin: AdminPrincipal,
+    State(state): State<AppState>,
+    PathParams(account_id): PathParams<String>,
+    JsonBody(req): JsonBody<GrantRequest>,
+) -> Result<(StatusCode, Json<GrantCreated>), ApiError> {
+    let account_id = parse_account_id(&account_id)?;
+    let now = Utc::now();
+    if !(1..=MAX_CALLS).contains(&req.calls) {
+        return Err(ApiError::Validation(format!(
+            "calls must be from 1 to {MAX_CALLS}"
+        )));
+    }
+    if let Some(end) = req.expires_at
+        && (!storable(end) || end <= now)
+    {
+        return Err(ApiError::Validation(
+            "expires_at must be a real instant in the future".into(),
+        ));
+    }
+    let topup = add_credit(
+        &state.db,
+        &state.throttler,
+        &state.quota,
+        account_id,
+        req.calls,
+        req.expires_at,
+        now,
+        state.config.usage.free_monthly_calls,
+    )
+    .await
+    .map_err(|e| match e {
+        ActivationError::AccountNotFound => ApiError::AccountNotFound,
+        ActivationError::Database(e) => ApiError::from(e),
+    })?;
+    Ok((
+        StatusCode::CREATED,
+        Json(GrantCreated {
+            grant_id: topup.id,
+            calls: topup.calls,
+            expires_at: topup.expires_at,
+        }),
+    ))
+}

@@ -1,0 +1,522 @@
+//! This replica's view of each calling account's standing (SPEC §3.1.6, §6): the
+//! figures of the quota headers, and the hard limit.
+//!
+//! An account's standing is read from PostgreSQL on its first call, then kept current
+//! without a round trip per call: by what this replica accounts ([`QuotaView::observe`])
+//! and by what the others account or activate (they `NOTIFY` [`CHANNEL`] with the
+//! account ids; entries named there are read again on their next call). A lost
+//! listener empties the view.
+//!
+//! Hard plans: a replica forwards a call only on units it has reserved. It reserves a
+//! block under the account's row lock (the lock accounting takes too), counting
+//! against the allowance every unit other replicas hold or have forwarded but not yet
+//! had accounted (`quota_reservation`), so across any number of replicas the units
+//! forwarded never exceed the allowance — except by calls whose cost only the
+//! upstream's header revealed. Blocks shrink as the allowance runs out, idle blocks go
+//! back, and a replica that vanishes leaves its reservations to expire.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::report::standings;
+use super::rules::{Enforcement, Standing, reservation_block};
+use crate::month::{Day, Month, seconds_until};
+use crate::sync::lock;
+use crate::throttle::Throttler;
+
+/// Channel on which replicas announce accounts whose standing changed.
+pub const CHANNEL: &str = "tollgate_standing";
+/// How long an entry is trusted without news (a safety net under notifications).
+const ENTRY_TTL: Duration = Duration::from_secs(60);
+/// Entries held at most; a full view starts over.
+const MAX_ENTRIES: usize = 200_000;
+/// How long a reservation lasts unless renewed.
+const LEASE: Duration = Duration::from_secs(60);
+/// A block unused this long goes back to the account.
+const IDLE_BLOCK: Duration = Duration::from_secs(10);
+/// How often blocks are renewed or returned.
+const KEEPER_EVERY: Duration = Duration::from_secs(5);
+
+/// What the proxy should do with a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forward it; `reserved_by` is set when the call spends a hard plan's reservation.
+    Forward {
+        standing: Option<Standing>,
+        reserved_by: Option<Uuid>,
+    },
+    /// A hard plan with nothing left: refuse, retry after the window's end.
+    Refuse {
+        standing: Standing,
+        retry_after: i64,
+    },
+}
+
+#[derive(Debug)]
+struct Entry {
+    standing: Standing,
+    month: Month,
+    day: Day,
+    loaded_at: Instant,
+    /// Units of a hard plan this replica holds for `block_day`.
+    block: i64,
+    block_day: Day,
+    block_lease_until: Instant,
+    block_used_at: Instant,
+}
+
+struct Inner {
+    db: PgPool,
+    free_monthly_calls: i64,
+    replica: Uuid,
+    throttler: Throttler,
+    entries: Mutex<HashMap<i64, Entry>>,
+    /// One reservation at a time per account on this replica.
+    reserving: tokio::sync::Mutex<()>,
+}
+
+/// The view. Cheap to clone; [`QuotaView::disabled`] (metering off) knows nothing.
+#[derive(Clone)]
+pub struct QuotaView {
+    inner: Option<Arc<Inner>>,
+}
+
+impl QuotaView {
+    pub fn disabled() -> Self {
+        Self { inner: None }
+    }
+
+    pub fn new(db: PgPool, free_monthly_calls: i64, throttler: Throttler) -> Self {
+        Self {
+            inner: Some(Arc::new(Inner {
+                db,
+                free_monthly_calls,
+                replica: Uuid::new_v4(),
+                throttler,
+                entries: Mutex::new(HashMap::new()),
+                reserving: tokio::sync::Mutex::new(()),
+            })),
+        }
+    }
+
+    /// This replica's id in `quota_reservation` and in notifications.
+    pub fn replica(&self) -> Option<Uuid> {
+        self.inner.as_ref().map(|i| i.replica)
+    }
+
+    /// Decides a call of `cost` units for `account_id` at `now`. Reads PostgreSQL only
+    /// for an account not seen lately, and for a hard plan whose reserved block ran out.
+    pub async fn check(
+        &self,
+        account_id: i64,
+        cost: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Verdict, sqlx::Error> {
+        let Some(inner) = &self.inner else {
+            return Ok(Verdict::Forward {
+                standing: None,
+                reserved_by: None,
+            });
+        };
+        let standing = inner.standing(account_id, now).await?;
+        if standing.enforcement == Enforcement::Soft {
+            return Ok(Verdict::Forward {
+                standing: Some(standing),
+                reserved_by: None,
+            });
+        }
+        if inner.spend_block(account_id, cost, now) {
+            return Ok(Verdict::Forward {
+                standing: Some(standing),
+                reserved_by: Some(inner.replica),
+            });
+        }
+        inner.reserve(account_id, cost, now).await
+    }
+
+    /// Takes the standings this replica just accounted.
+    pub fn observe(&self, accounted: &[Standing], now: DateTime<Utc>) {
+        let Some(inner) = &self.inner else { return };
+        let mut entries = lock(&inner.entries);
+        for standing in accounted {
+            if let Some(entry) = entries.get_mut(&standing.account_id) {
+                entry.standing = standing.clone();
+                entry.month = Month::containing(now);
+                entry.day = Day::containing(now);
+                entry.loaded_at = Instant::now();
+            }
+        }
+    }
+
+    /// Forgets what this replica knows of `account_ids` (their plan changed).
+    pub fn forget(&self, account_ids: &[i64]) {
+        let Some(inner) = &self.inner else { return };
+        let mut entries = lock(&inner.entries);
+        for id in account_ids {
+            entries.remove(id);
+        }
+    }
+
+    /// Listens for other replicas' notifications and keeps reserved blocks alive (or
+    /// returns them) until `stop`; then returns every block.
+    pub fn start(&self, stop: CancellationToken) -> Option<JoinHandle<()>> {
+        let inner = self.inner.clone()?;
+        Some(tokio::spawn(async move {
+            let listening = listen(inner.clone(), stop.clone());
+            let keeping = keep_blocks(inner.clone(), stop.clone());
+            tokio::join!(listening, keeping);
+            inner.return_blocks(|_| true).await;
+        }))
+    }
+}
+
+impl Inner {
+    async fn standing(&self, account_id: i64, now: DateTime<Utc>) -> Result<Standing, sqlx::Error> {
+        let (month, day) = (Month::containing(now), Day::containing(now));
+        if let Some(entry) = lock(&self.entries).get(&account_id)
+            && entry.month == month
+            && entry.day == day
+            && entry.loaded_at.elapsed() < ENTRY_TTL
+        {
+            return Ok(entry.standing.clone());
+        }
+        let mut conn = self.db.acquire().await?;
+        let standing = standings(
+            &mut conn,
+            &[account_id],
+            month,
+            now,
+            self.free_monthly_calls,
+        )
+        .await?
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| free_standing(account_id, self.free_monthly_calls));
+        if standing.daily.is_some() {
+            self.throttler.watch_daily();
+        }
+        let mut entries = lock(&self.entries);
+        if entries.len() >= MAX_ENTRIES {
+            entries.clear();
+        }
+        let entry = entries.entry(account_id).or_insert_with(|| Entry {
+            standing: standing.clone(),
+            month,
+            day,
+            loaded_at: Instant::now(),
+            block: 0,
+            block_day: day,
+            block_lease_until: Instant::now(),
+            block_used_at: Instant::now(),
+        });
+        entry.standing = standing.clone();
+        entry.month = month;
+        entry.day = day;
+        entry.loaded_at = Instant::now();
+        Ok(standing)
+    }
+
+    /// Spends `cost` from this replica's block of the account, if it has enough.
+    fn spend_block(&self, account_id: i64, cost: i64, now: DateTime<Utc>) -> bool {
+        let mut entries = lock(&self.entries);
+        let Some(entry) = entries.get_mut(&account_id) else {
+            return false;
+        };
+        // A block whose lease may have lapsed is not spent: the units may be gone.
+        let usable = entry.block_day == Day::containing(now)
+            && Instant::now() + KEEPER_EVERY < entry.block_lease_until;
+        if usable && entry.block >= cost {
+            entry.block -= cost;
+            entry.block_used_at = Instant::now();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Reserves a block under the account's row lock, or refuses the call.
+    async fn reserve(
+        &self,
+        account_id: i64,
+        cost: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Verdict, sqlx::Error> {
+        let _one_at_a_time = self.reserving.lock().await;
+        // Another call may have reserved while this one waited.
+        if self.spend_block(account_id, cost, now) {
+            let standing = self.standing(account_id, now).await?;
+            return Ok(Verdict::Forward {
+                standing: Some(standing),
+                reserved_by: Some(self.replica),
+            });
+        }
+        let (month, day) = (Month::containing(now), Day::containing(now));
+        let leftover = self.take_block(account_id);
+        let mut tx = self.db.begin().await?;
+        sqlx::query("SELECT id FROM account WHERE id = $1 FOR UPDATE")
+            .bind(account_id)
+            .execute(&mut *tx)
+            .await?;
+        if leftover > 0 {
+            give_back(&mut tx, account_id, self.replica, leftover).await?;
+        }
+        let standing = standings(&mut tx, &[account_id], month, now, self.free_monthly_calls)
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| free_standing(account_id, self.free_monthly_calls));
+        let (month_out, day_out): (i64, i64) = sqlx::query_as(
+            "SELECT coalesce(sum(greatest(granted - accounted, 0)), 0)::bigint,
+                    coalesce(sum(greatest(granted - accounted, 0))
+                             FILTER (WHERE day_start = $3), 0)::bigint
+             FROM quota_reservation
+             WHERE account_id = $1 AND day_start >= $2 AND day_start < $4 AND expires_at > now()",
+        )
+        .bind(account_id)
+        .bind(month.start())
+        .bind(day.start())
+        .bind(month.end())
+        .fetch_one(&mut *tx)
+        .await?;
+        let month_left = standing.remaining() - month_out;
+        let available = match standing.daily_remaining() {
+            Some(day_left) => month_left.min(day_left - day_out),
+            None => month_left,
+        };
+        let block = reservation_block(available, cost);
+        if block == 0 {
+            tx.commit().await?;
+            self.put(account_id, &standing, now, 0);
+            let window_end = if standing
+                .daily_remaining()
+                .is_some_and(|d| d - day_out < cost)
+            {
+                day.end()
+            } else {
+                month.end()
+            };
+            return Ok(Verdict::Refuse {
+                retry_after: seconds_until(window_end, now),
+                standing,
+            });
+        }
+        sqlx::query(
+            "INSERT INTO quota_reservation (account_id, replica, day_start, granted, expires_at)
+             VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))
+             ON CONFLICT (account_id, day_start, replica) DO UPDATE
+                 SET granted = quota_reservation.granted + EXCLUDED.granted,
+                     expires_at = EXCLUDED.expires_at",
+        )
+        .bind(account_id)
+        .bind(self.replica)
+        .bind(day.start())
+        .bind(block)
+        .bind(LEASE.as_secs_f64())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        metrics::counter!("tollgate_quota_reservations_total").increment(1);
+        self.put(account_id, &standing, now, block - cost);
+        Ok(Verdict::Forward {
+            standing: Some(standing),
+            reserved_by: Some(self.replica),
+        })
+    }
+
+    /// Takes the account's block out of the entry (to be given back).
+    fn take_block(&self, account_id: i64) -> i64 {
+        lock(&self.entries)
+            .get_mut(&account_id)
+            .map_or(0, |e| std::mem::take(&mut e.block))
+    }
+
+    fn put(&self, account_id: i64, standing: &Standing, now: DateTime<Utc>, block: i64) {
+        let mut entries = lock(&self.entries);
+        let at = Instant::now();
+        entries.insert(
+            account_id,
+            Entry {
+                standing: standing.clone(),
+                month: Month::containing(now),
+                day: Day::containing(now),
+                loaded_at: at,
+                block,
+                block_day: Day::containing(now),
+                block_lease_until: at + LEASE,
+                block_used_at: at,
+            },
+        );
+    }
+
+    /// Gives back the blocks `which` selects; renews the leases of the others.
+    async fn return_blocks(&self, which: impl Fn(&Entry) -> bool) {
+        let (to_return, to_renew): (Vec<(i64, i64)>, Vec<i64>) = {
+            let mut entries = lock(&self.entries);
+            let mut back = Vec::new();
+            let mut renew = Vec::new();
+            for (id, entry) in entries.iter_mut().filter(|(_, e)| e.block > 0) {
+                if which(entry) {
+                    back.push((*id, std::mem::take(&mut entry.block)));
+                } else {
+                    entry.block_lease_until = Instant::now() + LEASE;
+                    renew.push(*id);
+                }
+            }
+            (back, renew)
+        };
+        for (account_id, units) in to_return {
+            let result = async {
+                let mut conn = self.db.acquire().await?;
+                give_back(&mut conn, account_id, self.replica, units).await
+            }
+            .await;
+            if let Err(e) = result {
+                tracing::warn!(account_id, units, error = %e,
+                    "returning reserved units failed; they come back when the lease expires");
+            }
+        }
+        if !to_renew.is_empty()
+            && let Err(e) = sqlx::query(
+                "UPDATE quota_reservation SET expires_at = now() + make_interval(secs => $3)
+                 WHERE account_id = ANY($1) AND replica = $2",
+            )
+            .bind(&to_renew)
+            .bind(self.replica)
+            .bind(LEASE.as_secs_f64())
+            .execute(&self.db)
+            .await
+        {
+            tracing::warn!(error = %e, "renewing reservations failed");
+        }
+    }
+}
+
+/// Hands `units` of this replica's reservation of the account back.
+async fn give_back(
+    conn: &mut sqlx::PgConnection,
+    account_id: i64,
+    replica: Uuid,
+    units: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE quota_reservation SET granted = greatest(granted - $3, accounted)
+         WHERE account_id = $1 AND replica = $2 AND day_start = (
+             SELECT max(day_start) FROM quota_reservation WHERE account_id = $1 AND replica = $2)",
+    )
+    .bind(account_id)
+    .bind(replica)
+    .bind(units)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+fn free_standing(account_id: i64, free_monthly_calls: i64) -> Standing {
+    Standing {
+        account_id,
+        plan: super::rules::FREE_PLAN.into(),
+        enforcement: Enforcement::Soft,
+        allowance: free_monthly_calls,
+        used: 0,
+        credits: 0,
+        daily: None,
+    }
+}
+
+/// Returns idle blocks and renews busy ones, every [`KEEPER_EVERY`].
+async fn keep_blocks(inner: Arc<Inner>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(KEEPER_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        inner
+            .return_blocks(|e| {
+                e.block_used_at.elapsed() >= IDLE_BLOCK
+                    || e.block_day != Day::containing(Utc::now())
+            })
+            .await;
+        let _ = sqlx::query(
+            "DELETE FROM quota_reservation WHERE expires_at < now() - interval '1 day'",
+        )
+        .execute(&inner.db)
+        .await;
+    }
+}
+
+/// Applies other replicas' notifications until `stop`.
+async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
+    while !stop.is_cancelled() {
+        let result = async {
+            let mut listener = PgListener::connect_with(&inner.db).await?;
+            listener.listen(CHANNEL).await?;
+            // What changed before LISTEN took effect is unknown: start over.
+            lock(&inner.entries).retain(|_, e| e.block > 0);
+            loop {
+                let notification = tokio::select! {
+                    _ = stop.cancelled() => return Ok::<_, sqlx::Error>(()),
+                    n = listener.recv() => n?,
+                };
+                let Some((from, ids)) = notification.payload().split_once('|') else {
+                    continue;
+                };
+                if from == inner.replica.to_string() {
+                    continue;
+                }
+                let mut entries = lock(&inner.entries);
+                for id in ids.split(',').filter_map(|id| id.parse::<i64>().ok()) {
+                    if let Some(entry) = entries.get_mut(&id) {
+                        // Read again on the next call; a held block stays.
+                        entry.loaded_at = Instant::now() - ENTRY_TTL;
+                    }
+                }
+            }
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "standing listener lost; reconnecting");
+            lock(&inner.entries).retain(|_, e| e.block > 0);
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+    }
+}
+
+/// Tells the other replicas (when `tx` commits) that the standings of `account_ids`
+/// changed. `from` is the announcing replica, whose own view is already current.
+pub async fn announce(
+    conn: &mut sqlx::PgConnection,
+    from: Option<Uuid>,
+    account_ids: &[i64],
+) -> Result<(), sqlx::Error> {
+    if account_ids.is_empty() {
+        return Ok(());
+    }
+    let from = from.map(|r| r.to_string()).unwrap_or_default();
+    // NOTIFY payloads stay under 8,000 bytes.
+    let payloads: Vec<String> = account_ids
+        .chunks(400)
+        .map(|chunk| {
+            let ids: Vec<String> = chunk.iter().map(i64::to_string).collect();
+            format!("{from}|{}", ids.join(","))
+        })
+        .collect();
+    sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
+        .bind(CHANNEL)
+        .bind(payloads)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! Operators' reads (SPEC §3.3): the accounts of the current month with where they
+//! stand, and one account's calls and units per UTC day.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use sqlx::PgConnection;
+
+use super::report::standings;
+use super::rules::Standing;
+use crate::month::{Day, Month};
+
+/// One row of the account list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountRow {
+    pub account_id: i64,
+    pub email: String,
+    pub standing: Standing,
+}
+
+/// A page of the account list and where the next one starts.
+#[derive(Debug, Clone, Default)]
+pub struct AccountPage {
+    pub accounts: Vec<AccountRow>,
+    pub next_cursor: Option<i64>,
+}
+
+/// Accounts scanned at most per page when only exhausted ones are wanted.
+const MAX_SCAN: i64 = 5_000;
+
+/// Accounts with ids above `after`, in id order, matching `query` (a substring of the
+/// email, or exactly the id), at most `limit`; with `exhausted_only`, only those with
+/// nothing left this month (a page may then hold fewer, with a cursor to go on).
+pub async fn accounts(
+    conn: &mut PgConnection,
+    query: Option<&str>,
+    exhausted_only: bool,
+    after: i64,
+    limit: i64,
+    now: DateTime<Utc>,
+    free_monthly_calls: i64,
+) -> Result<AccountPage, sqlx::Error> {
+    let month = Month::containing(now);
+    let pattern = query.map(|q| format!("%{}%", escape_like(&q.to_lowercase())));
+    let exact_id = query.and_then(|q| q.trim().parse::<i64>().ok());
+    let scan = if exhausted_only { MAX_SCAN } else { limit + 1 };
+    // Exhausted accounts have used something this month: scan only those.
+    let rows: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT a.id, a.email FROM account a
+         WHERE a.id > $1
+           AND ($2::text IS NULL OR lower(a.email) LIKE $2 ESCAPE '\\' OR a.id = $3)
+           AND (NOT $4 OR EXISTS (SELECT 1 FROM usage_counter c
+                                  WHERE c.account_id = a.id AND c.month_start = $5))
+         ORDER BY a.id LIMIT $6",
+    )
+    .bind(after)
+    .bind(&pattern)
+    .bind(exact_id)
+    .bind(exhausted_only)
+    .bind(month.start())
+    .bind(scan)
+    .fetch_all(&mut *conn)
+    .await?;
+    let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
+    let mut by_id: std::collections::HashMap<i64, Standing> =
+        standings(conn, &ids, month, now, free_monthly_calls)
+            .await?
+            .into_iter()
+            .map(|s| (s.account_id, s))
+            .collect();
+    let mut page = AccountPage::default();
+    let scanned_all = (rows.len() as i64) < scan;
+    let mut last_scanned = None;
+    for (account_id, email) in rows {
+        if page.accounts.len() as i64 == limit {
+            // More rows follow what this page shows.
+            page.next_cursor = page.accounts.last().map(|r| r.account_id);
+            return Ok(page);
+        }
+        last_scanned = Some(account_id);
+        let Some(standing) = by_id.remove(&account_id) else {
+            continue;
+        };
+        if exhausted_only && !standing.exhausted() {
+            continue;
+        }
+        page.accounts.push(AccountRow {
+            account_id,
+            email,
+            standing,
+        });
+    }
+    if !scanned_all {
+        page.next_cursor = last_scanned;
+    }
+    Ok(page)
+}
+
+fn escape_like(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}
+
+/// One UTC day of an account's usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DayUsage {
+    pub day: NaiveDate,
+    pub calls: i64,
+    pub cost: i64,
+}
+
+/// Every UTC day of `month` up to today (all of a past month, none of a future one),
+/// with the calls and units accounted on it (zero on days without calls).
+pub async fn daily(
+    conn: &mut PgConnection,
+    account_id: i64,
+    month: Month,
+    now: DateTime<Utc>,
+) -> Result<Vec<DayUsage>, sqlx::Error> {
+    let rows: Vec<(DateTime<Utc>, i64, i64)> = sqlx::query_as(
+        "SELECT day_start, calls, used FROM usage_daily
+         WHERE account_id = $1 AND day_start >= $2 AND day_start < $3",
+    )
+    .bind(account_id)
+    .bind(month.start())
+    .bind(month.end())
+    .fetch_all(conn)
+    .await?;
+    Ok(days_of(month, now, &rows))
+}
+
+/// The days of `month` up to the one holding `now`, filled from `rows`.
+pub fn days_of(
+    month: Month,
+    now: DateTime<Utc>,
+    rows: &[(DateTime<Utc>, i64, i64)],
+) -> Vec<DayUsage> {
+    let mut out = Vec::new();
+    let mut day = Day::containing(month.start());
+    while day.start() < month.end() && day.start() <= now {
+        let (calls, cost) = rows
+            .iter()
+            .find(|(start, _, _)| *start == day.start())
+            .map_or((0, 0), |(_, c, u)| (*c, *u));
+        out.push(DayUsage {
+            day: day.start().date_naive(),
+            calls,
+            cost,
+        });
+        day = Day::containing(day.end());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_month_is_listed_up_to_today_with_empty_days_as_zero() {
+        let nov: Month = "2026-11".parse().unwrap();
+        let now: DateTime<Utc> = "2026-11-03T10:00:00Z".parse().unwrap();
+        let second: DateTime<Utc> = "2026-11-02T00:00:00Z".parse().unwrap();
+        let days = days_of(nov, now, &[(second, 4, 9)]);
+        assert_eq!(days.len(), 3);
+        assert_eq!((days[0].calls, days[0].cost), (0, 0));
+        assert_eq!((days[1].calls, days[1].cost), (4, 9));
+        assert_eq!(days[2].day.to_string(), "2026-11-03");
+    }
+
+    #[test]
+    fn a_past_month_has_all_its_days_and_a_future_one_none() {
+        let oct: Month = "2026-10".parse().unwrap();
+        let now: DateTime<Utc> = "2026-11-03T10:00:00Z".parse().unwrap();
+        assert_eq!(days_of(oct, now, &[]).len(), 31);
+        assert!(days_of("2026-12".parse().unwrap(), now, &[]).is_empty());
+    }
+}
