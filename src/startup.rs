@@ -27,6 +27,7 @@ use crate::proxy::upstream::Upstream;
 use crate::state::{AppState, Shared};
 use crate::throttle::{MarkerStore, ThrottleSettings, Throttler};
 use crate::usage::quota::QuotaView;
+use crate::usage::subscriptions::Allocation;
 use crate::usage::{self, Accountant, UsagePublisher};
 
 /// Installs ring as rustls' process-wide crypto provider (idempotent).
@@ -173,9 +174,17 @@ impl Gateway {
         background.extend(keys.start(db.clone(), stop_background.clone()));
 
         let pricing = Pricing::from_config(&config.pricing)?;
+        let allocation = Allocation {
+            db: db.clone(),
+            throttler: throttler.clone(),
+            quota: quota.clone(),
+            free_monthly_calls: config.usage.free_monthly_calls,
+            metering: config.usage_check.enabled,
+        };
         let state = AppState::new(Shared {
             quota,
             pricing,
+            allocation,
             upstream,
             config,
             db,

@@ -15,6 +15,7 @@ use crate::proxy::upstream::Upstream;
 use crate::throttle::Throttler;
 use crate::usage::UsagePublisher;
 use crate::usage::quota::QuotaView;
+use crate::usage::subscriptions::Allocation;
 
 /// What every handler can reach: one shared allocation, so the router's per-request
 /// clones cost one reference count.
@@ -32,6 +33,8 @@ pub struct Shared {
     pub quota: QuotaView,
     /// What calls cost.
     pub pricing: Pricing,
+    /// Activations and top-ups.
+    pub allocation: Allocation,
     /// API-key lookups of this replica (disabled: every call asks PostgreSQL).
     pub keys: KeyCache,
 }

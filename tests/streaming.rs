@@ -1,13 +1,88 @@
 //! Bodies stream through the gateway both ways: 100 MB each way in bounded memory.
 //!
-//! Its own test binary, so the process's peak memory is this test's alone.
+//! Its own test binary, so the process's peak memory is this test's alone. It shares
+//! only the fresh database of the integration tests; the little else it needs is here.
 
-mod common;
+#[path = "integration/common/db.rs"]
+mod db;
 
-use common::*;
+use db::TestDb;
 use futures_util::StreamExt;
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use tollgate::Gateway;
+use tollgate::config::{Config, MarkerStoreKind};
+use tollgate_testkit::upstream::UpstreamServer;
 
 const HUNDRED_MB: usize = 100 * 1024 * 1024;
+
+/// The gateway on port 0 over its own database and the local upstream; it runs until
+/// the test's runtime ends.
+struct TestApp {
+    base: String,
+    client: reqwest::Client,
+    _db: TestDb,
+    _upstream: UpstreamServer,
+}
+
+struct Customer {
+    api_key: String,
+}
+
+async fn spawn_app() -> TestApp {
+    let db = TestDb::new().await;
+    let upstream = UpstreamServer::start().await.expect("upstream starts");
+    let mut config = Config::default();
+    config.database.url = SecretString::from(db.url.clone());
+    config.upstream.base_url = upstream.base_url();
+    config.upstream.shared_secret = Some(SecretString::from("upstream-shared-secret"));
+    config.upstream.timeout_ms = 5_000;
+    config.throttle.store = MarkerStoreKind::Memory;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let gateway = Gateway::build(config, db.pool.clone())
+        .await
+        .expect("gateway builds");
+    tokio::spawn(gateway.run(listener, None, std::future::pending()));
+    TestApp {
+        base: format!("http://{addr}"),
+        client: reqwest::Client::builder().no_proxy().build().unwrap(),
+        _db: db,
+        _upstream: upstream,
+    }
+}
+
+impl TestApp {
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    async fn signup(&self) -> Customer {
+        let email = format!("{}@example.com", uuid::Uuid::new_v4().simple());
+        let body = json!({"email": email, "password": "correct horse battery"});
+        let res = self
+            .client
+            .post(self.url("/account/v1/signup"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 201, "signup");
+        let body: Value = res.json().await.unwrap();
+        Customer {
+            api_key: body["api_key"].as_str().unwrap().to_owned(),
+        }
+    }
+
+    async fn call(&self, path: &str, api_key: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .header("x-api-key", api_key)
+            .send()
+            .await
+            .unwrap()
+    }
+}
 
 fn peak_rss_bytes() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();

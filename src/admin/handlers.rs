@@ -15,7 +15,7 @@ use crate::throttle::ReconcileReport;
 use crate::usage::UsageReport;
 use crate::usage::reconcile::{ReconcileError, reconcile_markers};
 use crate::usage::rules::{Enforcement, FREE_PLAN};
-use crate::usage::subscriptions::{ActivationError, NewSubscription, activate};
+use crate::usage::subscriptions::{ActivationError, NewSubscription};
 
 const MAX_PLAN_CHARS: usize = 64;
 
@@ -123,21 +123,14 @@ pub async fn create_subscription(
     let account_id = parse_account_id(&account_id)?;
     let now = Utc::now();
     let new = validate(req, now)?;
-    let activated = activate(
-        &state.db,
-        &state.throttler,
-        &state.quota,
-        account_id,
-        &new,
-        now,
-        state.config.usage.free_monthly_calls,
-        state.metering(),
-    )
-    .await
-    .map_err(|e| match e {
-        ActivationError::AccountNotFound => ApiError::AccountNotFound,
-        ActivationError::Database(e) => ApiError::from(e),
-    })?;
+    let activated = state
+        .allocation
+        .activate(account_id, &new, now)
+        .await
+        .map_err(|e| match e {
+            ActivationError::AccountNotFound => ApiError::AccountNotFound,
+            ActivationError::Database(e) => ApiError::from(e),
+        })?;
     let sub = activated.subscription;
     Ok((
         StatusCode::CREATED,

@@ -13,7 +13,6 @@ use crate::error::{ApiError, ErrorBody, JsonBody, PathParams};
 use crate::month::storable;
 use crate::state::AppState;
 use crate::usage::subscriptions::ActivationError;
-use crate::usage::topups::add_credit;
 
 /// Largest top-up at once.
 const MAX_CALLS: i64 = 1_000_000_000_000;
@@ -67,21 +66,14 @@ pub async fn create_grant(
             "expires_at must be a real instant in the future".into(),
         ));
     }
-    let topup = add_credit(
-        &state.db,
-        &state.throttler,
-        &state.quota,
-        account_id,
-        req.calls,
-        req.expires_at,
-        now,
-        state.config.usage.free_monthly_calls,
-    )
-    .await
-    .map_err(|e| match e {
-        ActivationError::AccountNotFound => ApiError::AccountNotFound,
-        ActivationError::Database(e) => ApiError::from(e),
-    })?;
+    let topup = state
+        .allocation
+        .add_credit(account_id, req.calls, req.expires_at, now)
+        .await
+        .map_err(|e| match e {
+            ActivationError::AccountNotFound => ApiError::AccountNotFound,
+            ActivationError::Database(e) => ApiError::from(e),
+        })?;
     Ok((
         StatusCode::CREATED,
         Json(GrantCreated {

@@ -6,7 +6,7 @@
 //! ceiling: the calls already used this month stay counted.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::grants::{Grant, ensure_free_subscriptions, ensure_snapshots, load_subscriptions};
 use super::quota::{QuotaView, announce};
@@ -43,76 +43,109 @@ pub struct Activated {
     pub standing: Option<Standing>,
 }
 
-/// Activates `new` for `account_id`; `metering` false (local mode) skips snapshots.
-/// Once committed, the account's marker follows its new standing: removed when the
-/// month has allowance again, written when it has none.
-#[tracing::instrument(skip_all, fields(account_id = account_id))]
-pub async fn activate(
-    db: &PgPool,
-    throttler: &Throttler,
-    quota: &QuotaView,
-    account_id: i64,
-    new: &NewSubscription,
-    now: DateTime<Utc>,
-    free_monthly_calls: i64,
-    metering: bool,
-) -> Result<Activated, ActivationError> {
-    let mut tx = db.begin().await?;
-    let found: Option<i64> = sqlx::query_scalar("SELECT id FROM account WHERE id = $1 FOR UPDATE")
-        .bind(account_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    if found.is_none() {
-        return Err(ActivationError::AccountNotFound);
-    }
-    let subscription: Subscription = sqlx::query_as(
-        "INSERT INTO subscription
-             (account_id, plan, starts_at, expires_at, monthly_allowance, daily_allowance, enforcement)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement",
-    )
-    .bind(account_id)
-    .bind(&new.plan)
-    .bind(new.starts_at)
-    .bind(new.expires_at)
-    .bind(new.monthly_allowance)
-    .bind(new.daily_allowance)
-    .bind(new.enforcement.as_str())
-    .fetch_one(&mut *tx)
-    .await?;
+/// The subscription allocation service: every activation — by an operator, a
+/// redeemed code or a payment — and every top-up goes through it, so each writes its
+/// snapshot in its own transaction and leaves the account's markers right.
+#[derive(Clone)]
+pub struct Allocation {
+    pub db: PgPool,
+    pub throttler: Throttler,
+    pub quota: QuotaView,
+    pub free_monthly_calls: i64,
+    /// False in local mode: no snapshots, no markers.
+    pub metering: bool,
+}
 
-    let current = Month::containing(now);
-    let mut standing = None;
-    if metering {
-        ensure_free_subscriptions(&mut tx, &[account_id], free_monthly_calls).await?;
-        let subs = load_subscriptions(&mut tx, &[account_id]).await?;
-        let grants: Vec<Grant> = subs
-            .get(&account_id)
-            .into_iter()
-            .flatten()
-            .filter(|s| s.is_free() || s.id == subscription.id)
-            .filter(|s| s.is_free() || s.overlaps(current))
-            .map(|s| Grant::for_month(s, current, free_monthly_calls))
-            .collect();
-        ensure_snapshots(&mut tx, &grants).await?;
-        standing = standings(&mut tx, &[account_id], current, now, free_monthly_calls)
-            .await?
-            .into_iter()
-            .next();
+impl Allocation {
+    /// Activates `new` for `account_id` in a transaction of its own. Once committed,
+    /// the account's markers follow its new standing: removed when it has units again,
+    /// written when it has none.
+    pub async fn activate(
+        &self,
+        account_id: i64,
+        new: &NewSubscription,
+        now: DateTime<Utc>,
+    ) -> Result<Activated, ActivationError> {
+        let mut tx = self.db.begin().await?;
+        let activated = self.activate_in(&mut tx, account_id, new, now).await?;
+        tx.commit().await?;
+        self.settle(activated.standing.as_ref(), account_id, now);
+        Ok(activated)
     }
-    announce(&mut tx, quota.replica(), &[account_id]).await?;
-    tx.commit().await?;
-    quota.forget(&[account_id]);
-    if let Some(standing) = &standing {
-        // Another replica's marker may stand whatever this one's view says.
-        apply_markers(throttler, standing, now);
+
+    /// Activates inside the caller's transaction (which may record more beside it, as
+    /// a redeemed code). The caller commits, then calls [`Allocation::settle`].
+    #[tracing::instrument(skip_all, fields(account_id = account_id))]
+    pub async fn activate_in(
+        &self,
+        tx: &mut PgConnection,
+        account_id: i64,
+        new: &NewSubscription,
+        now: DateTime<Utc>,
+    ) -> Result<Activated, ActivationError> {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM account WHERE id = $1 FOR UPDATE")
+                .bind(account_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if found.is_none() {
+            return Err(ActivationError::AccountNotFound);
+        }
+        let subscription: Subscription = sqlx::query_as(
+            "INSERT INTO subscription
+                 (account_id, plan, starts_at, expires_at, monthly_allowance, daily_allowance,
+                  enforcement)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at,
+                       daily_allowance, enforcement",
+        )
+        .bind(account_id)
+        .bind(&new.plan)
+        .bind(new.starts_at)
+        .bind(new.expires_at)
+        .bind(new.monthly_allowance)
+        .bind(new.daily_allowance)
+        .bind(new.enforcement.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+
+        let current = Month::containing(now);
+        let mut standing = None;
+        if self.metering {
+            let free = self.free_monthly_calls;
+            ensure_free_subscriptions(&mut *tx, &[account_id], free).await?;
+            let subs = load_subscriptions(&mut *tx, &[account_id]).await?;
+            let grants: Vec<Grant> = subs
+                .get(&account_id)
+                .into_iter()
+                .flatten()
+                .filter(|s| s.is_free() || s.id == subscription.id)
+                .filter(|s| s.is_free() || s.overlaps(current))
+                .map(|s| Grant::for_month(s, current, free))
+                .collect();
+            ensure_snapshots(&mut *tx, &grants).await?;
+            standing = standings(&mut *tx, &[account_id], current, now, free)
+                .await?
+                .into_iter()
+                .next();
+        }
+        announce(&mut *tx, self.quota.replica(), &[account_id]).await?;
+        tracing::info!(subscription_id = subscription.id, plan = %subscription.plan,
+            monthly_allowance = subscription.monthly_allowance, "subscription activated");
+        Ok(Activated {
+            subscription,
+            standing,
+        })
     }
-    tracing::info!(subscription_id = subscription.id, plan = %subscription.plan,
-        monthly_allowance = subscription.monthly_allowance, "subscription activated");
-    Ok(Activated {
-        subscription,
-        standing,
-    })
+
+    /// After a committed change of the account's standing: this replica's view forgets
+    /// it, and its markers follow it.
+    pub fn settle(&self, standing: Option<&Standing>, account_id: i64, now: DateTime<Utc>) {
+        self.quota.forget(&[account_id]);
+        if let Some(standing) = standing {
+            apply_markers(&self.throttler, standing, now);
+        }
+    }
 }
 
 /// Makes the account's markers follow a standing that just changed outside accounting

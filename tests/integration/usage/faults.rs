@@ -1,23 +1,9 @@
 //! Accounting under database faults: a row lock held elsewhere, a read-only database.
 
-mod common;
+use std::time::Instant;
 
-use std::time::{Duration, Instant};
-
-use common::*;
-use sqlx::{PgPool, Postgres};
-
-const DAILY: &str = "/vedic/v1/horoscope/daily";
-
-async fn lock_account(pool: &PgPool, id: i64) -> sqlx::Transaction<'static, Postgres> {
-    let mut tx = pool.begin().await.unwrap();
-    sqlx::query("SELECT id FROM account WHERE id = $1 FOR UPDATE")
-        .bind(id)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx
-}
+use super::*;
+use crate::common::*;
 
 async fn calls(app: &TestApp, customer: &Customer, n: usize) {
     for _ in 0..n {

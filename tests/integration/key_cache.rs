@@ -2,13 +2,12 @@
 //! second, however it was revoked and even when a replica's listener was lost; the
 //! cache can be switched off.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Customer, TestApp, eventually, spawn_app, spawn_app_with, spawn_replica};
 use reqwest::StatusCode;
+
+use crate::common::{Customer, TestApp, eventually, spawn_app, spawn_app_with, spawn_replica};
 
 const DAILY: &str = "/vedic/v1/horoscope/daily?sign=leo";
 /// The promise: every replica refuses a revoked key within this.

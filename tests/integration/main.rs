@@ -1,0 +1,15 @@
+//! The integration tests, one binary: the real gateway on port 0 against real
+//! PostgreSQL (a fresh database per test), a local upstream and a local Cloudflare KV
+//! server. Shared support is in `common`; each topic keeps its own helpers.
+//!
+//! `tests/streaming.rs` stays a binary of its own: it measures the process's peak
+//! memory, which other tests in the same process would disturb.
+
+mod accounts;
+mod common;
+mod config;
+mod key_cache;
+mod plans;
+mod proxy;
+mod throttle;
+mod usage;
