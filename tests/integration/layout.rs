@@ -1,0 +1,141 @@
+//! The layout stays one-way: no file of `src/` imports a file that (through any chain)
+//! imports it back. A file's imports are the `crate::…` and `super::…` paths it names
+//! and the child modules it `use`s, resolved to the file that defines the longest
+//! matching module path; comments and `#[cfg(test)] mod tests` are not imports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `src/usage/ledger.rs` → `["usage", "ledger"]`; `mod.rs`, `lib.rs`, `main.rs` name
+/// their folder.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = file
+        .strip_prefix(src)
+        .unwrap()
+        .with_extension("")
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    parts
+}
+
+fn code_of(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    text.lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every `crate::a::b` / `super::a` path in `code`, as segments.
+fn paths(code: &str, keyword: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find(keyword) {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + keyword.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let mut segments = Vec::new();
+        let mut tail = rest;
+        while let Some(next) = tail.strip_prefix("::") {
+            let name: String = next
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if name.is_empty() {
+                break;
+            }
+            tail = &next[name.len()..];
+            segments.push(name);
+        }
+        out.push(segments);
+    }
+    out
+}
+
+#[test]
+fn no_file_in_src_imports_a_file_that_imports_it_back() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let by_module: BTreeMap<Vec<String>, PathBuf> = files
+        .iter()
+        .map(|f| (module_path(&src, f), f.clone()))
+        .collect();
+    let resolve = |segments: &[String]| {
+        (1..=segments.len())
+            .rev()
+            .find_map(|n| by_module.get(&segments[..n]).cloned())
+    };
+    let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
+    for file in &files {
+        let me = module_path(&src, file);
+        let is_folder = matches!(
+            file.file_stem().and_then(|s| s.to_str()),
+            Some("mod" | "lib" | "main")
+        );
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let mut targets = Vec::new();
+        for p in paths(&code, "crate") {
+            targets.push(p);
+        }
+        let parent: Vec<String> = me[..me.len().saturating_sub(1)].to_vec();
+        for p in paths(&code, "super") {
+            targets.push(parent.iter().cloned().chain(p).collect());
+        }
+        if is_folder {
+            for line in code.lines() {
+                let line = line.trim_start().trim_start_matches("pub ");
+                if let Some(rest) = line.strip_prefix("use ")
+                    && let Some((child, _)) = rest.split_once("::")
+                    && !matches!(child, "crate" | "super" | "self" | "std")
+                {
+                    targets.push(me.iter().cloned().chain([child.to_owned()]).collect());
+                }
+            }
+        }
+        let set = edges.entry(file.clone()).or_default();
+        for target in targets {
+            if let Some(to) = resolve(&target)
+                && to != *file
+            {
+                set.insert(to);
+            }
+        }
+    }
+    // A circle exists iff some file reaches itself.
+    let mut circles = Vec::new();
+    for start in edges.keys() {
+        let mut seen = BTreeSet::new();
+        let mut stack: Vec<&PathBuf> = edges[start].iter().collect();
+        while let Some(next) = stack.pop() {
+            if next == start {
+                circles.push(start.strip_prefix(&src).unwrap().display().to_string());
+                break;
+            }
+            if seen.insert(next) {
+                stack.extend(edges.get(next).into_iter().flatten());
+            }
+        }
+    }
+    assert!(circles.is_empty(), "files on an import circle: {circles:?}");
+}
