@@ -27,6 +27,9 @@ pub enum ApiError {
     InvalidCredentials,
     #[error("request throttled")]
     Throttled,
+    /// An abuse limit of the account API (SPEC §2 `account.*`); retry after that many seconds.
+    #[error("too many requests; retry after {retry_after_secs} s")]
+    TooManyRequests { retry_after_secs: u64 },
     #[error("email taken")]
     EmailTaken,
     #[error("validation failed: {0}")]
@@ -43,6 +46,9 @@ pub enum ApiError {
     AccountNotFound,
     #[error("key not found")]
     KeyNotFound,
+    /// The account holds `account.max_keys` unrevoked keys already.
+    #[error("key limit of {0} reached")]
+    KeyLimit(u32),
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("upstream unavailable: {0}")]
@@ -51,6 +57,9 @@ pub enum ApiError {
     UpstreamTimeout,
     #[error("service unavailable: {0}")]
     ServiceUnavailable(String),
+    /// Too much work of this kind in progress (password hashing); retry shortly.
+    #[error("overloaded")]
+    Overloaded,
     #[error("database unavailable: {0}")]
     DatabaseUnavailable(#[source] sqlx::Error),
     #[error("internal error: {0}")]
@@ -65,6 +74,7 @@ impl ApiError {
             Unauthorized => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"),
             InvalidCredentials => (StatusCode::UNAUTHORIZED, "INVALID_CREDENTIALS"),
             Throttled => (StatusCode::TOO_MANY_REQUESTS, "REQUEST_THROTTLED"),
+            TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_REQUESTS"),
             EmailTaken => (StatusCode::CONFLICT, "EMAIL_TAKEN"),
             Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED"),
             MalformedJson(_) => (StatusCode::BAD_REQUEST, "MALFORMED_JSON"),
@@ -73,13 +83,23 @@ impl ApiError {
             NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             AccountNotFound => (StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND"),
             KeyNotFound => (StatusCode::NOT_FOUND, "KEY_NOT_FOUND"),
+            KeyLimit(_) => (StatusCode::CONFLICT, "KEY_LIMIT"),
             MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
             UpstreamUnavailable(_) => (StatusCode::BAD_GATEWAY, "UPSTREAM_UNAVAILABLE"),
             UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "UPSTREAM_TIMEOUT"),
-            DatabaseUnavailable(_) | ServiceUnavailable(_) => {
+            DatabaseUnavailable(_) | ServiceUnavailable(_) | Overloaded => {
                 (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE")
             }
             Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
+        }
+    }
+
+    /// Seconds a client should wait before trying again, sent as `Retry-After`.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            ApiError::TooManyRequests { retry_after_secs } => Some((*retry_after_secs).max(1)),
+            ApiError::Overloaded => Some(1),
+            _ => None,
         }
     }
 
@@ -90,6 +110,7 @@ impl ApiError {
             Unauthorized => "Missing or invalid bearer token.".into(),
             InvalidCredentials => "Email or password is wrong.".into(),
             Throttled => "Request throttled. Please try again.".into(),
+            TooManyRequests { .. } => "Too many attempts. Please try again later.".into(),
             EmailTaken => "An account with this email already exists.".into(),
             Validation(why) => why.clone(),
             MalformedJson(why) => format!("Request body is not valid JSON: {why}"),
@@ -98,10 +119,13 @@ impl ApiError {
             NotFound => "No such route.".into(),
             AccountNotFound => "No such account.".into(),
             KeyNotFound => "No such API key.".into(),
+            KeyLimit(max) => {
+                format!("This account already has {max} active API keys; revoke one first.")
+            }
             MethodNotAllowed => "This method is not allowed here.".into(),
             UpstreamUnavailable(_) => "The upstream API is unreachable.".into(),
             UpstreamTimeout => "The upstream API did not answer in time.".into(),
-            DatabaseUnavailable(_) | ServiceUnavailable(_) => {
+            DatabaseUnavailable(_) | ServiceUnavailable(_) | Overloaded => {
                 "The service is temporarily unavailable.".into()
             }
             Internal(_) => "Internal error.".into(),
@@ -161,7 +185,8 @@ impl From<PathRejection> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        if status.is_server_error() {
+        // A refusal under load is counted and logged (rate-limited) where it is decided.
+        if status.is_server_error() && !matches!(self, ApiError::Overloaded) {
             tracing::error!(error = ?anyhow_chain(&self), code, "request failed");
         } else {
             tracing::debug!(code, reason = %self, "request refused");
@@ -170,7 +195,13 @@ impl IntoResponse for ApiError {
             code,
             message: self.public_message(),
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after_secs() {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

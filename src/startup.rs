@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::key_cache::KeyCache;
+use crate::auth::password::Passwords;
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
 use crate::config::{Config, MarkerStoreKind};
 use crate::proxy::upstream::Upstream;
@@ -164,6 +165,7 @@ impl Gateway {
             usage: publisher,
             throttler,
             keys,
+            passwords: Passwords::default(),
         });
         Ok(Self {
             state,

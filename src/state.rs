@@ -9,6 +9,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use crate::auth::key_cache::KeyCache;
+use crate::auth::password::Passwords;
 use crate::config::Config;
 use crate::proxy::upstream::Upstream;
 use crate::throttle::Throttler;
@@ -28,6 +29,8 @@ pub struct Shared {
     pub throttler: Throttler,
     /// API-key lookups of this replica (disabled: every call asks PostgreSQL).
     pub keys: KeyCache,
+    /// The bounded gate of password hashing on this replica.
+    pub passwords: Passwords,
 }
 
 impl AppState {

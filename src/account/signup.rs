@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::keys::insert_key;
-use crate::auth::password;
 use crate::auth::session;
 use crate::auth::token::{API_KEY_PREFIX, PlainToken};
 use crate::error::{ApiError, ErrorBody, JsonBody};
@@ -89,6 +88,7 @@ fn check_password(password: &str) -> Result<(), ApiError> {
         (status = 201, body = SignupResponse),
         (status = 409, description = "EMAIL_TAKEN", body = ErrorBody),
         (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: too many password checks in progress", body = ErrorBody),
     ))]
 pub async fn signup(
     State(state): State<AppState>,
@@ -96,7 +96,7 @@ pub async fn signup(
 ) -> Result<(StatusCode, Json<SignupResponse>), ApiError> {
     let email = normalize_email(&req.email)?;
     check_password(&req.password)?;
-    let password_hash = password::hash(req.password).await?;
+    let password_hash = state.passwords.hash(req.password).await?;
     let key = PlainToken::generate(API_KEY_PREFIX);
     let now = Utc::now();
 
@@ -142,6 +142,7 @@ pub async fn signup(
     responses(
         (status = 200, body = LoginResponse),
         (status = 401, description = "INVALID_CREDENTIALS", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: too many password checks in progress", body = ErrorBody),
     ))]
 pub async fn login(
     State(state): State<AppState>,
@@ -164,7 +165,7 @@ pub async fn login(
         Some((id, phc)) => (Some(id), Some(phc)),
         None => (None, None),
     };
-    let matches = password::verify(req.password, phc).await?;
+    let matches = state.passwords.verify(req.password, phc).await?;
     let Some(account_id) = account_id.filter(|_| matches) else {
         tracing::info!("login refused");
         return Err(ApiError::InvalidCredentials);
