@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use crate::account::limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
 use crate::auth::password::Passwords;
 use crate::config::Config;
@@ -31,6 +32,8 @@ pub struct Shared {
     pub keys: KeyCache,
     /// The bounded gate of password hashing on this replica.
     pub passwords: Passwords,
+    /// Signup, login-failure limits of this replica.
+    pub limits: Arc<AccountLimits>,
 }
 
 impl AppState {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::keys::insert_key;
+use super::limits::ClientIp;
 use crate::auth::session;
 use crate::auth::token::{API_KEY_PREFIX, PlainToken};
 use crate::error::{ApiError, ErrorBody, JsonBody};
@@ -88,14 +89,18 @@ fn check_password(password: &str) -> Result<(), ApiError> {
         (status = 201, body = SignupResponse),
         (status = 409, description = "EMAIL_TAKEN", body = ErrorBody),
         (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+        (status = 429, description = "TOO_MANY_REQUESTS: account.signups_per_ip_per_hour", body = ErrorBody),
         (status = 503, description = "SERVICE_UNAVAILABLE: too many password checks in progress", body = ErrorBody),
     ))]
 pub async fn signup(
     State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
     JsonBody(req): JsonBody<SignupRequest>,
 ) -> Result<(StatusCode, Json<SignupResponse>), ApiError> {
     let email = normalize_email(&req.email)?;
     check_password(&req.password)?;
+    // Counted before the costly hash; invalid requests cost nothing and are not counted.
+    state.limits.signup(ip)?;
     let password_hash = state.passwords.hash(req.password).await?;
     let key = PlainToken::generate(API_KEY_PREFIX);
     let now = Utc::now();
@@ -142,20 +147,25 @@ pub async fn signup(
     responses(
         (status = 200, body = LoginResponse),
         (status = 401, description = "INVALID_CREDENTIALS", body = ErrorBody),
+        (status = 429, description = "TOO_MANY_REQUESTS: account.login_failures_per_hour", body = ErrorBody),
         (status = 503, description = "SERVICE_UNAVAILABLE: too many password checks in progress", body = ErrorBody),
     ))]
 pub async fn login(
     State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
     JsonBody(req): JsonBody<LoginRequest>,
 ) -> Result<Json<LoginResponse>, ApiError> {
+    let email = req.email.trim().to_lowercase();
+    // Past the failure limit nothing is verified, not even the right password.
+    state.limits.login_allowed(&email, ip)?;
     // No stored account can match these; answer without asking the database.
     if req.password.chars().count() > MAX_PASSWORD_CHARS
         || req.email.chars().count() > MAX_EMAIL_CHARS
         || req.email.contains('\0')
     {
+        state.limits.login_failed(&email, ip);
         return Err(ApiError::InvalidCredentials);
     }
-    let email = req.email.trim().to_lowercase();
     let row: Option<(i64, String)> =
         sqlx::query_as("SELECT id, password_hash FROM account WHERE lower(email) = $1")
             .bind(&email)
@@ -167,6 +177,7 @@ pub async fn login(
     };
     let matches = state.passwords.verify(req.password, phc).await?;
     let Some(account_id) = account_id.filter(|_| matches) else {
+        state.limits.login_failed(&email, ip);
         tracing::info!("login refused");
         return Err(ApiError::InvalidCredentials);
     };

@@ -152,6 +152,17 @@ impl Config {
         if self.usage.free_monthly_calls < 0 {
             return fail("usage.free_monthly_calls must not be negative".into());
         }
+        let account = &self.account;
+        if account.signups_per_ip_per_hour == 0
+            || account.login_failures_per_hour == 0
+            || account.max_keys == 0
+        {
+            return fail(
+                "account.signups_per_ip_per_hour, login_failures_per_hour and max_keys must be \
+                 at least 1"
+                    .into(),
+            );
+        }
         if self.throttle.refresh_interval_ms == 0 || self.throttle.reconcile_interval_ms == 0 {
             return fail("throttle intervals must be positive".into());
         }
