@@ -271,3 +271,107 @@ async fn key_listings_are_paged_in_id_order_with_a_next_link() {
         );
     }
 }
+
+const DAILY: &str = "/vedic/v1/horoscope/daily?sign=leo";
+
+/// Whether `app`'s key cache holds `key` now (a lookup that would not ask PostgreSQL).
+fn cached(app: &TestApp, key: &str) -> bool {
+    app.state
+        .keys
+        .get(&tollgate::auth::token::TokenHash::of(key).0)
+        .is_some()
+}
+
+async fn revoke(app: &TestApp, token: &str, key_id: i64) -> reqwest::Response {
+    with_session(
+        app,
+        Method::DELETE,
+        &format!("/account/v1/keys/{key_id}"),
+        token,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn revoking_a_key_evicts_only_that_key_and_revoking_it_again_changes_nothing() {
+    let a = spawn_app().await;
+    let b = spawn_replica(
+        std::sync::Arc::clone(&a.db),
+        std::sync::Arc::clone(&a.upstream),
+        (*a.state.config).clone(),
+    )
+    .await;
+    let customer = a.signup().await;
+    let token = a.login(&customer).await;
+    let created: Value = create_key(&a, &token).await.json().await.unwrap();
+    let (key_b, id_b) = (
+        created["api_key"].as_str().unwrap().to_owned(),
+        created["key_id"].as_i64().unwrap(),
+    );
+    let key_a = customer.api_key.clone();
+    for app in [&a, &b] {
+        assert!(
+            eventually(std::time::Duration::from_secs(5), || async {
+                app.state.keys.trusted()
+            })
+            .await,
+            "the cache's listener is heard"
+        );
+        for key in [&key_a, &key_b] {
+            assert_eq!(app.call(DAILY, key).await.status(), 200);
+            assert!(cached(app, key));
+        }
+    }
+
+    assert_eq!(revoke(&a, &token, id_b).await.status(), 204);
+    assert!(!cached(&a, &key_b), "the revoked key is gone at once");
+    assert!(
+        cached(&a, &key_a),
+        "the other key is still cached on the revoking replica"
+    );
+    assert!(
+        eventually(std::time::Duration::from_secs(1), || async {
+            !cached(&b, &key_b)
+        })
+        .await,
+        "the other replica hears of the revocation"
+    );
+    assert!(cached(&b, &key_a), "and keeps the other key");
+
+    let revoked_at = || async {
+        sqlx::query_scalar::<_, Option<chrono::DateTime<chrono::Utc>>>(
+            "SELECT revoked_at FROM api_key WHERE id = $1",
+        )
+        .bind(id_b)
+        .fetch_one(&a.db.pool)
+        .await
+        .unwrap()
+    };
+    let first = revoked_at().await;
+    assert!(first.is_some());
+
+    // Again, and again: nothing changes, nothing is flushed anywhere.
+    for _ in 0..3 {
+        assert_eq!(revoke(&a, &token, id_b).await.status(), 204);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for app in [&a, &b] {
+        assert!(
+            cached(app, &key_a),
+            "a repeated revocation flushed the cache"
+        );
+        assert_eq!(app.state.keys.len(), 1);
+        assert_eq!(app.call(DAILY, &key_b).await.status(), 401);
+        assert_eq!(app.call(DAILY, &key_a).await.status(), 200);
+    }
+    assert_eq!(
+        revoked_at().await,
+        first,
+        "the revocation time stays the first one"
+    );
+    assert_eq!(
+        revoke(&a, &token, id_b + 1_000).await.status(),
+        404,
+        "an unknown key is still not found"
+    );
+}

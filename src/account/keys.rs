@@ -138,7 +138,8 @@ pub async fn list_keys(
     Ok((headers, Json(keys)))
 }
 
-/// Revokes a key; it is refused from the next call on. Revoking twice is harmless.
+/// Revokes a key; it is refused from the next call on. Revoking a revoked key changes
+/// nothing (still `204`): its revocation time stays, and no cache hears of it.
 #[utoipa::path(delete, path = "/account/v1/keys/{key_id}", tag = "account",
     security(("session" = [])),
     params(("key_id" = i64, Path)),
@@ -153,21 +154,34 @@ pub async fn revoke_key(
     PathParams(key_id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
-    let found: Option<i64> = sqlx::query_scalar(
-        "UPDATE api_key SET revoked_at = coalesce(revoked_at, now())
-         WHERE id = $1 AND account_id = $2 RETURNING id",
+    // Only a live key's row changes; the V5 trigger then tells every replica its hash.
+    let revoked: Option<Vec<u8>> = sqlx::query_scalar(
+        "UPDATE api_key SET revoked_at = now()
+         WHERE id = $1 AND account_id = $2 AND revoked_at IS NULL RETURNING key_hash",
     )
     .bind(key_id)
     .bind(session.account_id)
     .fetch_optional(&state.db)
     .await?;
-    match found {
-        Some(_) => {
-            // Other replicas hear the revocation through NOTIFY; this one forgets at once.
-            state.keys.flush();
-            tracing::info!(account_id = session.account_id, key_id, "api key revoked");
-            Ok(StatusCode::NO_CONTENT)
+    if let Some(hash) = revoked {
+        // This replica forgets the key at once, without waiting for the notification.
+        match <[u8; 32]>::try_from(hash.as_slice()) {
+            Ok(hash) => state.keys.invalidate(&hash),
+            Err(_) => state.keys.flush(),
         }
-        None => Err(ApiError::KeyNotFound),
+        tracing::info!(account_id = session.account_id, key_id, "api key revoked");
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM api_key WHERE id = $1 AND account_id = $2)",
+    )
+    .bind(key_id)
+    .bind(session.account_id)
+    .fetch_one(&state.db)
+    .await?;
+    if exists {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::KeyNotFound)
     }
 }

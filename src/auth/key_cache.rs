@@ -13,7 +13,8 @@
 //! applied) first. A lost or stalled listener therefore stops the cache within
 //! [`TRUST_WINDOW`], and a reconnect flushes it before trusting again: a revoked key is
 //! refused by every replica within about one second. The replica that revokes a key
-//! through the account API also flushes its own cache before answering.
+//! through the account API also drops that key from its own cache before answering;
+//! revoking a key already revoked changes no row, so no cache hears of it (SPEC §9).
 //!
 //! A lookup that raced with an invalidation does not insert its (possibly stale) result:
 //! inserts carry the invalidation generation read before the database query.
