@@ -375,3 +375,131 @@ async fn revoking_a_key_evicts_only_that_key_and_revoking_it_again_changes_nothi
         "an unknown key is still not found"
     );
 }
+
+/// Log lines of refused requests, as written by the gateway (WARN and INFO).
+mod refusal_log {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Mutex, OnceLock};
+
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+
+    static LINES: AtomicUsize = AtomicUsize::new(0);
+    static SAMPLE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    struct Message(String);
+
+    impl Visit for Message {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{value:?}");
+            }
+        }
+    }
+
+    struct Counter;
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Counter {
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            if *event.metadata().level() > tracing::Level::INFO {
+                return;
+            }
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            // Refusals of unauthenticated traffic; a failed login is not one.
+            if message.0.contains("refused") && !message.0.starts_with("login") {
+                LINES.fetch_add(1, Ordering::SeqCst);
+                SAMPLE.lock().unwrap().push(message.0);
+            }
+        }
+    }
+
+    /// Lines written so far (the counting subscriber is installed on first use).
+    pub fn lines() -> usize {
+        static INSTALLED: OnceLock<()> = OnceLock::new();
+        INSTALLED.get_or_init(|| {
+            tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Counter))
+                .expect("no other subscriber in this test binary");
+        });
+        LINES.load(Ordering::SeqCst)
+    }
+
+    pub fn sample() -> Vec<String> {
+        SAMPLE.lock().unwrap().clone()
+    }
+}
+
+/// The value of a counter on the process's Prometheus exposition (0 when absent).
+fn counter(name_and_labels: &str) -> u64 {
+    let text = tollgate::telemetry::prometheus().render();
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(name_and_labels)?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(0, |v| v as u64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_unauthenticated_calls_is_counted_but_hardly_logged() {
+    use futures_util::StreamExt;
+
+    let app = spawn_app().await;
+    let lines_before = refusal_log::lines();
+    let unknown_before = counter(r#"tollgate_auth_refused_total{reason="unknown_key"}"#);
+    let paths_before = counter(r#"tollgate_auth_refused_total{reason="escaping_path"}"#);
+    let admin_before = counter(r#"tollgate_auth_refused_total{reason="admin_token"}"#);
+    let negative_before = counter(r#"tollgate_key_cache_total{result="negative_hit"}"#);
+
+    // 900 calls with one unknown key and 100 with keys never seen before.
+    let flood = "tgk_0123456789012345678901234567890123456789".to_owned();
+    let statuses: Vec<StatusCode> = futures_util::stream::iter(0..1_000)
+        .map(|i| {
+            let key = if i < 900 {
+                flood.clone()
+            } else {
+                format!("tgk_{:040}", i)
+            };
+            let app = &app;
+            async move { app.call(DAILY, &key).await.status() }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert!(statuses.iter().all(|s| *s == StatusCode::UNAUTHORIZED));
+    for _ in 0..50 {
+        let res = app.call("/vedic/v1/%252e%252e/admin", &flood).await;
+        assert_eq!(res.status(), 404);
+        let res = app
+            .client
+            .post(app.url("/admin/v1/reconcile"))
+            .bearer_auth("not the admin token")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 401);
+    }
+
+    let lines = refusal_log::lines() - lines_before;
+    println!("refusal log lines: {lines}: {:?}", refusal_log::sample());
+    assert!(lines <= 10, "{lines} log lines for 1,100 refused requests");
+    assert_eq!(
+        counter(r#"tollgate_auth_refused_total{reason="unknown_key"}"#) - unknown_before,
+        1_000
+    );
+    assert_eq!(
+        counter(r#"tollgate_auth_refused_total{reason="escaping_path"}"#) - paths_before,
+        50
+    );
+    assert_eq!(
+        counter(r#"tollgate_auth_refused_total{reason="admin_token"}"#) - admin_before,
+        50
+    );
+    let negative = counter(r#"tollgate_key_cache_total{result="negative_hit"}"#) - negative_before;
+    assert!(
+        negative >= 800,
+        "only {negative} of 900 calls with one unknown key were answered without PostgreSQL"
+    );
+}
