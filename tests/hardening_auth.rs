@@ -503,3 +503,41 @@ async fn a_flood_of_unauthenticated_calls_is_counted_but_hardly_logged() {
         "only {negative} of 900 calls with one unknown key were answered without PostgreSQL"
     );
 }
+
+fn load_with_env(env: Vec<(&str, &str)>) -> tollgate::config::Config {
+    let dir = tempfile::tempdir().unwrap();
+    tollgate::config::Config::load(&tollgate::config::Sources {
+        dir: dir.path().to_owned(),
+        env: env
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_admin_token_configured_with_surrounding_spaces_is_trimmed_and_works() {
+    use secrecy::ExposeSecret;
+
+    let loaded = load_with_env(vec![("TOLLGATE__ADMIN__TOKEN", "  s3cret-admin \n")]);
+    let token = loaded.admin.token.clone().expect("the token is set");
+    assert_eq!(token.expose_secret(), "s3cret-admin");
+
+    let app = spawn_app_with(|c| c.admin = loaded.admin.clone()).await;
+    let res = app
+        .client
+        .post(app.url("/admin/v1/reconcile"))
+        .bearer_auth("s3cret-admin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+
+    let blank = load_with_env(vec![("TOLLGATE__ADMIN__TOKEN", " \t ")]);
+    assert!(
+        blank.admin.token.is_none(),
+        "an all-whitespace token leaves the admin API off"
+    );
+}

@@ -1,5 +1,7 @@
 //! Signup and login.
 
+use std::fmt;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -19,10 +21,20 @@ const MIN_PASSWORD_CHARS: usize = 8;
 const MAX_PASSWORD_CHARS: usize = 1024;
 const MAX_EMAIL_CHARS: usize = 254;
 
-#[derive(Debug, Deserialize, ToSchema)]
+/// `Debug` shows the email and never the password.
+#[derive(Deserialize, ToSchema)]
 pub struct SignupRequest {
     pub email: String,
     pub password: String,
+}
+
+impl fmt::Debug for SignupRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SignupRequest")
+            .field("email", &self.email)
+            .field("password", &REDACTED)
+            .finish()
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -33,10 +45,31 @@ pub struct SignupResponse {
     pub api_key: String,
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+/// `Debug` shows the email and never the password.
+#[derive(Deserialize, ToSchema)]
 pub struct LoginRequest {
     pub email: String,
     pub password: String,
+}
+
+impl fmt::Debug for LoginRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoginRequest")
+            .field("email", &self.email)
+            .field("password", &REDACTED)
+            .finish()
+    }
+}
+
+/// Stands in for a secret in `Debug` output.
+struct Redacted;
+
+const REDACTED: Redacted = Redacted;
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -210,6 +243,22 @@ mod tests {
             "a@@b.cd",
         ] {
             assert!(normalize_email(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn debug_output_of_signup_and_login_bodies_hides_the_password() {
+        let signup = SignupRequest {
+            email: "ann@example.com".into(),
+            password: "hunter2-hunter2".into(),
+        };
+        let login = LoginRequest {
+            email: "ann@example.com".into(),
+            password: "hunter2-hunter2".into(),
+        };
+        for shown in [format!("{signup:?}"), format!("{login:#?}")] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("ann@example.com"), "{shown}");
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use super::{Config, LOCAL_PROFILE};
@@ -99,15 +99,14 @@ impl Config {
             .extract()
             .map_err(|e| ConfigError(one_line(&e.to_string())))?;
         config.profile = sources.profile.clone();
-        // An empty token (e.g. `TOLLGATE__ADMIN__TOKEN=`) means no admin API.
-        if config
-            .admin
-            .token
-            .as_ref()
-            .is_some_and(|t| t.expose_secret().trim().is_empty())
-        {
-            config.admin.token = None;
-        }
+        // Surrounding whitespace (a quoted value, a trailing newline from a secret file)
+        // could never match a bearer token, which is read trimmed: it is dropped. An
+        // empty or all-whitespace token (e.g. `TOLLGATE__ADMIN__TOKEN=`) means no admin
+        // API, as if unset.
+        config.admin.token = config.admin.token.take().and_then(|t| {
+            let trimmed = t.expose_secret().trim();
+            (!trimmed.is_empty()).then(|| SecretString::from(trimmed))
+        });
         config.validate()?;
         Ok(config)
     }
