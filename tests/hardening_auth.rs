@@ -541,3 +541,40 @@ async fn an_admin_token_configured_with_surrounding_spaces_is_trimmed_and_works(
         "an all-whitespace token leaves the admin API off"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signups_past_the_hashing_queue_are_refused_at_once_with_503_and_retry_after() {
+    let app = spawn_app_with(|c| c.account.signups_per_ip_per_hour = 1_000).await;
+    let slots = tollgate::auth::password::max_concurrent_hashes();
+    let most_in_progress = slots * (1 + tollgate::auth::password::WAITING_PER_SLOT);
+    let bodies: Vec<Value> = (0..100)
+        .map(|i| json!({"email": format!("burst{i}@example.com"), "password": "long enough"}))
+        .collect();
+    let attempts = futures_util::future::join_all(
+        bodies
+            .iter()
+            .map(|body| app.post_json("/account/v1/signup", body)),
+    )
+    .await;
+    let mut created = 0;
+    let mut refused = 0;
+    for res in attempts {
+        match res.status() {
+            StatusCode::CREATED => created += 1,
+            StatusCode::SERVICE_UNAVAILABLE => {
+                assert_eq!(res.headers()["retry-after"], "1");
+                let (_, code) = error_code(res).await;
+                assert_eq!(code, "SERVICE_UNAVAILABLE");
+                refused += 1;
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    println!(
+        "100 concurrent signups: {created} created, {refused} refused (at most {most_in_progress} in progress)"
+    );
+    assert!(refused > 0, "a burst past the queue is refused");
+    assert!(created >= slots, "the queue still works through its share");
+    // Once the burst is over, signups go through again.
+    app.signup().await;
+}
