@@ -29,6 +29,9 @@ pub enum ApiError {
     Throttled,
     #[error("quota exceeded")]
     QuotaExceeded { retry_after: i64 },
+    /// An abuse limit of the account API (SPEC §2 `account.*`); retry after that many seconds.
+    #[error("too many requests; retry after {retry_after_secs} s")]
+    TooManyRequests { retry_after_secs: u64 },
     #[error("email taken")]
     EmailTaken,
     #[error("validation failed: {0}")]
@@ -45,6 +48,9 @@ pub enum ApiError {
     AccountNotFound,
     #[error("key not found")]
     KeyNotFound,
+    /// The account holds `account.max_keys` unrevoked keys already.
+    #[error("key limit of {0} reached")]
+    KeyLimit(u32),
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("upstream unavailable: {0}")]
@@ -53,6 +59,9 @@ pub enum ApiError {
     UpstreamTimeout,
     #[error("service unavailable: {0}")]
     ServiceUnavailable(String),
+    /// Too much work of this kind in progress (password hashing); retry shortly.
+    #[error("overloaded")]
+    Overloaded,
     #[error("database unavailable: {0}")]
     DatabaseUnavailable(#[source] sqlx::Error),
     #[error("internal error: {0}")]
@@ -68,6 +77,7 @@ impl ApiError {
             InvalidCredentials => (StatusCode::UNAUTHORIZED, "INVALID_CREDENTIALS"),
             Throttled => (StatusCode::TOO_MANY_REQUESTS, "REQUEST_THROTTLED"),
             QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "QUOTA_EXCEEDED"),
+            TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_REQUESTS"),
             EmailTaken => (StatusCode::CONFLICT, "EMAIL_TAKEN"),
             Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED"),
             MalformedJson(_) => (StatusCode::BAD_REQUEST, "MALFORMED_JSON"),
@@ -76,10 +86,11 @@ impl ApiError {
             NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             AccountNotFound => (StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND"),
             KeyNotFound => (StatusCode::NOT_FOUND, "KEY_NOT_FOUND"),
+            KeyLimit(_) => (StatusCode::CONFLICT, "KEY_LIMIT"),
             MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
             UpstreamUnavailable(_) => (StatusCode::BAD_GATEWAY, "UPSTREAM_UNAVAILABLE"),
             UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "UPSTREAM_TIMEOUT"),
-            DatabaseUnavailable(_) | ServiceUnavailable(_) => {
+            DatabaseUnavailable(_) | ServiceUnavailable(_) | Overloaded => {
                 (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE")
             }
             Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
@@ -87,12 +98,14 @@ impl ApiError {
     }
 
     /// Seconds a client should wait before trying again, sent as `Retry-After` on
-    /// every 429: a throttled call may be admitted on its next try, a hard limit only
-    /// once its window ends.
-    pub fn retry_after(&self) -> Option<i64> {
+    /// every 429 (and on 503s of an overloaded server): a throttled call may be admitted
+    /// on its next try, a hard limit only once its window ends.
+    pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             ApiError::Throttled => Some(1),
-            ApiError::QuotaExceeded { retry_after } => Some(*retry_after),
+            ApiError::QuotaExceeded { retry_after } => Some((*retry_after).max(1) as u64),
+            ApiError::TooManyRequests { retry_after_secs } => Some((*retry_after_secs).max(1)),
+            ApiError::Overloaded => Some(1),
             _ => None,
         }
     }
@@ -105,6 +118,7 @@ impl ApiError {
             InvalidCredentials => "Email or password is wrong.".into(),
             Throttled => "Request throttled. Please try again.".into(),
             QuotaExceeded { .. } => "Quota exceeded for this period.".into(),
+            TooManyRequests { .. } => "Too many attempts. Please try again later.".into(),
             EmailTaken => "An account with this email already exists.".into(),
             Validation(why) => why.clone(),
             MalformedJson(why) => format!("Request body is not valid JSON: {why}"),
@@ -113,10 +127,13 @@ impl ApiError {
             NotFound => "No such route.".into(),
             AccountNotFound => "No such account.".into(),
             KeyNotFound => "No such API key.".into(),
+            KeyLimit(max) => {
+                format!("This account already has {max} active API keys; revoke one first.")
+            }
             MethodNotAllowed => "This method is not allowed here.".into(),
             UpstreamUnavailable(_) => "The upstream API is unreachable.".into(),
             UpstreamTimeout => "The upstream API did not answer in time.".into(),
-            DatabaseUnavailable(_) | ServiceUnavailable(_) => {
+            DatabaseUnavailable(_) | ServiceUnavailable(_) | Overloaded => {
                 "The service is temporarily unavailable.".into()
             }
             Internal(_) => "Internal error.".into(),
@@ -176,7 +193,8 @@ impl From<PathRejection> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        if status.is_server_error() {
+        // A refusal under load is counted and logged (rate-limited) where it is decided.
+        if status.is_server_error() && !matches!(self, ApiError::Overloaded) {
             tracing::error!(error = ?anyhow_chain(&self), code, "request failed");
         } else {
             tracing::debug!(code, reason = %self, "request refused");
@@ -186,10 +204,10 @@ impl IntoResponse for ApiError {
             message: self.public_message(),
         };
         let mut response = (status, Json(body)).into_response();
-        if let Some(seconds) = self.retry_after() {
+        if let Some(secs) = self.retry_after_secs() {
             response
                 .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
         }
         response
     }

@@ -19,7 +19,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::account::limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
+use crate::auth::password::Passwords;
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
 use crate::config::{Config, MarkerStoreKind};
 use crate::proxy::pricing::Pricing;
@@ -166,6 +168,12 @@ impl Gateway {
             stop_background.clone(),
         )));
 
+        let limits = Arc::new(AccountLimits::new(&config.account));
+        background.push(tokio::spawn(housekeep_limits(
+            Arc::clone(&limits),
+            stop_background.clone(),
+        )));
+
         let keys = if config.key_cache.enabled {
             KeyCache::new(config.key_cache.max_entries)
         } else {
@@ -191,6 +199,8 @@ impl Gateway {
             usage: publisher,
             throttler,
             keys,
+            passwords: Passwords::default(),
+            limits,
         });
         Ok(Self {
             state,
@@ -261,6 +271,18 @@ async fn purge_expired_sessions(db: PgPool, stop: CancellationToken) {
             Ok(n) => tracing::info!(sessions = n, "expired sessions purged"),
             Err(e) => tracing::warn!(error = %e, "purging expired sessions failed"),
         }
+    }
+}
+
+/// Drops abuse-limit keys back at a fresh state every minute, so the limits' memory
+/// follows recent traffic.
+async fn housekeep_limits(limits: Arc<AccountLimits>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+        }
+        limits.housekeep();
     }
 }
 

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use crate::account::limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
+use crate::auth::password::Passwords;
 use crate::config::Config;
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
@@ -37,6 +39,10 @@ pub struct Shared {
     pub allocation: Allocation,
     /// API-key lookups of this replica (disabled: every call asks PostgreSQL).
     pub keys: KeyCache,
+    /// The bounded gate of password hashing on this replica.
+    pub passwords: Passwords,
+    /// Signup, login-failure limits of this replica.
+    pub limits: Arc<AccountLimits>,
 }
 
 impl AppState {

@@ -1,15 +1,17 @@
-//! API-key management: create, list, revoke.
+//! API-key management: create (at most `account.max_keys` unrevoked), list (paged),
+//! revoke.
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::header::LINK;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::SessionPrincipal;
 use crate::auth::token::{API_KEY_PREFIX, PlainToken};
-use crate::error::{ApiError, ErrorBody, PathParams};
+use crate::error::{ApiError, ErrorBody, PathParams, QueryParams};
 use crate::state::AppState;
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -41,20 +43,38 @@ pub(super) async fn insert_key(
     .await?)
 }
 
-/// Creates another API key; the response is the only time it is shown.
+/// Creates another API key; the response is the only time it is shown. An account holds
+/// at most `account.max_keys` unrevoked keys: the count is taken under the account's
+/// row lock, so concurrent creations cannot pass it together.
 #[utoipa::path(post, path = "/account/v1/keys", tag = "account",
     security(("session" = [])),
     responses(
         (status = 201, body = KeyCreated),
         (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 409, description = "KEY_LIMIT: account.max_keys unrevoked keys already", body = ErrorBody),
     ))]
 pub async fn create_key(
     State(state): State<AppState>,
     session: SessionPrincipal,
 ) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+    let max_keys = state.config.account.max_keys;
     let key = PlainToken::generate(API_KEY_PREFIX);
-    let mut conn = state.db.acquire().await?;
-    let key_id = insert_key(&mut conn, session.account_id, &key).await?;
+    let mut tx = state.db.begin().await?;
+    sqlx::query("SELECT 1 FROM account WHERE id = $1 FOR UPDATE")
+        .bind(session.account_id)
+        .execute(&mut *tx)
+        .await?;
+    let live: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM api_key WHERE account_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(session.account_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    if live >= i64::from(max_keys) {
+        return Err(ApiError::KeyLimit(max_keys));
+    }
+    let key_id = insert_key(&mut tx, session.account_id, &key).await?;
+    tx.commit().await?;
     tracing::info!(account_id = session.account_id, key_id, "api key created");
     Ok((
         StatusCode::CREATED,
@@ -65,28 +85,61 @@ pub async fn create_key(
     ))
 }
 
-/// Lists the account's keys, revoked ones included, oldest first.
+/// Keys per page of [`list_keys`] when `?limit=` is absent.
+const DEFAULT_PAGE: u32 = 100;
+/// Most keys one page holds.
+const MAX_PAGE: u32 = 1000;
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct KeyPage {
+    /// Keys per page, 1-1000; 100 when absent.
+    pub limit: Option<u32>,
+    /// Only keys with a larger `key_id` (the last one of the previous page).
+    pub after: Option<i64>,
+}
+
+/// Lists the account's keys, revoked ones included, in `key_id` order (oldest first),
+/// a page at a time. When more follow, `Link: <...>; rel="next"` names the next page.
 #[utoipa::path(get, path = "/account/v1/keys", tag = "account",
     security(("session" = [])),
+    params(KeyPage),
     responses(
         (status = 200, body = [KeySummary]),
         (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
     ))]
 pub async fn list_keys(
     State(state): State<AppState>,
     session: SessionPrincipal,
-) -> Result<Json<Vec<KeySummary>>, ApiError> {
-    let keys = sqlx::query_as(
+    QueryParams(page): QueryParams<KeyPage>,
+) -> Result<(HeaderMap, Json<Vec<KeySummary>>), ApiError> {
+    let limit = page.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::Validation(format!("limit must be 1-{MAX_PAGE}")));
+    }
+    let mut keys: Vec<KeySummary> = sqlx::query_as(
         "SELECT id AS key_id, prefix, created_at, revoked_at
-         FROM api_key WHERE account_id = $1 ORDER BY id",
+         FROM api_key WHERE account_id = $1 AND id > $2 ORDER BY id LIMIT $3",
     )
     .bind(session.account_id)
+    .bind(page.after.unwrap_or(i64::MIN))
+    .bind(i64::from(limit) + 1)
     .fetch_all(&state.db)
     .await?;
-    Ok(Json(keys))
+    let mut headers = HeaderMap::new();
+    if keys.len() > limit as usize {
+        keys.truncate(limit as usize);
+        let last = keys.last().map_or(0, |k| k.key_id);
+        let next = format!("</account/v1/keys?limit={limit}&after={last}>; rel=\"next\"");
+        if let Ok(value) = HeaderValue::from_str(&next) {
+            headers.insert(LINK, value);
+        }
+    }
+    Ok((headers, Json(keys)))
 }
 
-/// Revokes a key; it is refused from the next call on. Revoking twice is harmless.
+/// Revokes a key; it is refused from the next call on. Revoking a revoked key changes
+/// nothing (still `204`): its revocation time stays, and no cache hears of it.
 #[utoipa::path(delete, path = "/account/v1/keys/{key_id}", tag = "account",
     security(("session" = [])),
     params(("key_id" = i64, Path)),
@@ -101,21 +154,34 @@ pub async fn revoke_key(
     PathParams(key_id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
-    let found: Option<i64> = sqlx::query_scalar(
-        "UPDATE api_key SET revoked_at = coalesce(revoked_at, now())
-         WHERE id = $1 AND account_id = $2 RETURNING id",
+    // Only a live key's row changes; the V5 trigger then tells every replica its hash.
+    let revoked: Option<Vec<u8>> = sqlx::query_scalar(
+        "UPDATE api_key SET revoked_at = now()
+         WHERE id = $1 AND account_id = $2 AND revoked_at IS NULL RETURNING key_hash",
     )
     .bind(key_id)
     .bind(session.account_id)
     .fetch_optional(&state.db)
     .await?;
-    match found {
-        Some(_) => {
-            // Other replicas hear the revocation through NOTIFY; this one forgets at once.
-            state.keys.flush();
-            tracing::info!(account_id = session.account_id, key_id, "api key revoked");
-            Ok(StatusCode::NO_CONTENT)
+    if let Some(hash) = revoked {
+        // This replica forgets the key at once, without waiting for the notification.
+        match <[u8; 32]>::try_from(hash.as_slice()) {
+            Ok(hash) => state.keys.invalidate(&hash),
+            Err(_) => state.keys.flush(),
         }
-        None => Err(ApiError::KeyNotFound),
+        tracing::info!(account_id = session.account_id, key_id, "api key revoked");
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM api_key WHERE id = $1 AND account_id = $2)",
+    )
+    .bind(key_id)
+    .bind(session.account_id)
+    .fetch_one(&state.db)
+    .await?;
+    if exists {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::KeyNotFound)
     }
 }

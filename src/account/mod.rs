@@ -1,9 +1,11 @@
 //! The customer-facing account API (`/account/v1`, SPEC §3.2).
 //!
 //! Signup, login, API-key management and the usage report, each a thin handler over
-//! PostgreSQL. Grants and usage figures come from [`crate::usage`].
+//! PostgreSQL, with the per-replica abuse limits of [`limits`]. Grants and usage figures
+//! come from [`crate::usage`].
 
 pub mod keys;
+pub mod limits;
 pub mod signup;
 pub mod usage;
 

@@ -1,5 +1,7 @@
 //! Signup and login.
 
+use std::fmt;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -8,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::keys::insert_key;
-use crate::auth::password;
+use super::limits::ClientIp;
 use crate::auth::session;
 use crate::auth::token::{API_KEY_PREFIX, PlainToken};
 use crate::error::{ApiError, ErrorBody, JsonBody};
@@ -19,10 +21,20 @@ const MIN_PASSWORD_CHARS: usize = 8;
 const MAX_PASSWORD_CHARS: usize = 1024;
 const MAX_EMAIL_CHARS: usize = 254;
 
-#[derive(Debug, Deserialize, ToSchema)]
+/// `Debug` shows the email and never the password.
+#[derive(Deserialize, ToSchema)]
 pub struct SignupRequest {
     pub email: String,
     pub password: String,
+}
+
+impl fmt::Debug for SignupRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SignupRequest")
+            .field("email", &self.email)
+            .field("password", &REDACTED)
+            .finish()
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -33,10 +45,31 @@ pub struct SignupResponse {
     pub api_key: String,
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+/// `Debug` shows the email and never the password.
+#[derive(Deserialize, ToSchema)]
 pub struct LoginRequest {
     pub email: String,
     pub password: String,
+}
+
+impl fmt::Debug for LoginRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoginRequest")
+            .field("email", &self.email)
+            .field("password", &REDACTED)
+            .finish()
+    }
+}
+
+/// Stands in for a secret in `Debug` output.
+struct Redacted;
+
+const REDACTED: Redacted = Redacted;
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -89,14 +122,19 @@ fn check_password(password: &str) -> Result<(), ApiError> {
         (status = 201, body = SignupResponse),
         (status = 409, description = "EMAIL_TAKEN", body = ErrorBody),
         (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+        (status = 429, description = "TOO_MANY_REQUESTS: account.signups_per_ip_per_hour", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: too many password checks in progress", body = ErrorBody),
     ))]
 pub async fn signup(
     State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
     JsonBody(req): JsonBody<SignupRequest>,
 ) -> Result<(StatusCode, Json<SignupResponse>), ApiError> {
     let email = normalize_email(&req.email)?;
     check_password(&req.password)?;
-    let password_hash = password::hash(req.password).await?;
+    // Counted before the costly hash; invalid requests cost nothing and are not counted.
+    state.limits.signup(ip)?;
+    let password_hash = state.passwords.hash(req.password).await?;
     let key = PlainToken::generate(API_KEY_PREFIX);
     let now = Utc::now();
 
@@ -142,19 +180,25 @@ pub async fn signup(
     responses(
         (status = 200, body = LoginResponse),
         (status = 401, description = "INVALID_CREDENTIALS", body = ErrorBody),
+        (status = 429, description = "TOO_MANY_REQUESTS: account.login_failures_per_hour", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: too many password checks in progress", body = ErrorBody),
     ))]
 pub async fn login(
     State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
     JsonBody(req): JsonBody<LoginRequest>,
 ) -> Result<Json<LoginResponse>, ApiError> {
+    let email = req.email.trim().to_lowercase();
+    // Past the failure limit nothing is verified, not even the right password.
+    state.limits.login_allowed(&email, ip)?;
     // No stored account can match these; answer without asking the database.
     if req.password.chars().count() > MAX_PASSWORD_CHARS
         || req.email.chars().count() > MAX_EMAIL_CHARS
         || req.email.contains('\0')
     {
+        state.limits.login_failed(&email, ip);
         return Err(ApiError::InvalidCredentials);
     }
-    let email = req.email.trim().to_lowercase();
     let row: Option<(i64, String)> =
         sqlx::query_as("SELECT id, password_hash FROM account WHERE lower(email) = $1")
             .bind(&email)
@@ -164,8 +208,9 @@ pub async fn login(
         Some((id, phc)) => (Some(id), Some(phc)),
         None => (None, None),
     };
-    let matches = password::verify(req.password, phc).await?;
+    let matches = state.passwords.verify(req.password, phc).await?;
     let Some(account_id) = account_id.filter(|_| matches) else {
+        state.limits.login_failed(&email, ip);
         tracing::info!("login refused");
         return Err(ApiError::InvalidCredentials);
     };
@@ -198,6 +243,22 @@ mod tests {
             "a@@b.cd",
         ] {
             assert!(normalize_email(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn debug_output_of_signup_and_login_bodies_hides_the_password() {
+        let signup = SignupRequest {
+            email: "ann@example.com".into(),
+            password: "hunter2-hunter2".into(),
+        };
+        let login = LoginRequest {
+            email: "ann@example.com".into(),
+            password: "hunter2-hunter2".into(),
+        };
+        for shown in [format!("{signup:?}"), format!("{login:#?}")] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("ann@example.com"), "{shown}");
         }
     }
 

@@ -5,6 +5,7 @@ use axum::http::request::Parts;
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
 
+use super::refusal::{Refusal, refused};
 use super::token::bearer;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -21,15 +22,16 @@ impl FromRequestParts<AppState> for AdminPrincipal {
         let Some(expected) = &state.config.admin.token else {
             return Err(ApiError::NotFound);
         };
-        let given = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
         // Comparing digests keeps the comparison time independent of the token.
-        let same =
-            Sha256::digest(given.as_bytes()) == Sha256::digest(expected.expose_secret().as_bytes());
+        let same = bearer(&parts.headers).is_some_and(|given| {
+            Sha256::digest(given.as_bytes()) == Sha256::digest(expected.expose_secret().as_bytes())
+        });
         if same {
-            Ok(AdminPrincipal)
-        } else {
-            tracing::warn!("admin token refused");
-            Err(ApiError::Unauthorized)
+            return Ok(AdminPrincipal);
         }
+        if let Some(suppressed) = refused(Refusal::AdminToken) {
+            tracing::warn!(suppressed, "admin token missing or wrong: request refused");
+        }
+        Err(ApiError::Unauthorized)
     }
 }

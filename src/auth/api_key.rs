@@ -1,14 +1,19 @@
 //! API-key authentication (SPEC §3.1.1).
 //!
 //! Keys are looked up by their SHA-256 in this replica's [`KeyCache`], else with one
-//! indexed query whose valid answer is then cached; refusals are logged with their
-//! reason, never with the key.
+//! indexed query whose valid answer is then cached; a hash the database does not know
+//! is remembered as unknown for a few seconds (see [`KeyCache::is_known_unknown`]), so
+//! a flood of one unknown key does not query PostgreSQL each time. Refusals are counted
+//! and logged sparingly with their reason ([`super::refusal`]), never with the key.
+
+use std::time::Instant;
 
 use axum::http::HeaderMap;
 use sqlx::PgPool;
 
 use super::key_cache::{CachedKey, KeyCache};
 use super::principal::ApiKeyPrincipal;
+use super::refusal::{Refusal, refused};
 use super::token::{self, API_KEY_PREFIX, TokenHash};
 use crate::error::ApiError;
 
@@ -21,16 +26,16 @@ pub async fn authenticate_key(
     key_header: &str,
 ) -> Result<ApiKeyPrincipal, ApiError> {
     let Some(value) = headers.get(key_header) else {
-        tracing::debug!("api key refused: missing");
+        if let Some(suppressed) = refused(Refusal::MissingKey) {
+            tracing::debug!(suppressed, "api key refused: missing");
+        }
         return Err(ApiError::InvalidApiKey);
     };
-    let Ok(candidate) = value.to_str() else {
-        tracing::debug!("api key refused: not visible ASCII");
-        return Err(ApiError::InvalidApiKey);
-    };
-    let candidate = candidate.trim();
+    let candidate = value.to_str().map(str::trim).unwrap_or_default();
     if !token::plausible(candidate, API_KEY_PREFIX) {
-        tracing::debug!(len = candidate.len(), "api key refused: malformed");
+        if let Some(suppressed) = refused(Refusal::MalformedKey) {
+            tracing::debug!(len = value.len(), suppressed, "api key refused: malformed");
+        }
         return Err(ApiError::InvalidApiKey);
     }
     let hash = TokenHash::of(candidate);
@@ -39,6 +44,9 @@ pub async fn authenticate_key(
             account_id: hit.account_id,
             key_id: hit.key_id,
         });
+    }
+    if keys.is_known_unknown(&hash.0, Instant::now()) {
+        return Err(unknown());
     }
     let ticket = keys.ticket();
     let row: Option<(i64, i64, bool)> = sqlx::query_as(
@@ -53,12 +61,21 @@ pub async fn authenticate_key(
             Ok(ApiKeyPrincipal { account_id, key_id })
         }
         Some((key_id, account_id, true)) => {
-            tracing::info!(key_id, account_id, "api key refused: revoked");
+            if let Some(suppressed) = refused(Refusal::RevokedKey) {
+                tracing::info!(key_id, account_id, suppressed, "api key refused: revoked");
+            }
             Err(ApiError::InvalidApiKey)
         }
         None => {
-            tracing::info!("api key refused: unknown");
-            Err(ApiError::InvalidApiKey)
+            keys.remember_unknown(hash.0, Instant::now());
+            Err(unknown())
         }
     }
+}
+
+fn unknown() -> ApiError {
+    if let Some(suppressed) = refused(Refusal::UnknownKey) {
+        tracing::warn!(suppressed, "api key refused: unknown");
+    }
+    ApiError::InvalidApiKey
 }

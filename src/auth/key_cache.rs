@@ -13,10 +13,17 @@
 //! applied) first. A lost or stalled listener therefore stops the cache within
 //! [`TRUST_WINDOW`], and a reconnect flushes it before trusting again: a revoked key is
 //! refused by every replica within about one second. The replica that revokes a key
-//! through the account API also flushes its own cache before answering.
+//! through the account API also drops that key from its own cache before answering;
+//! revoking a key already revoked changes no row, so no cache hears of it (SPEC §9).
 //!
 //! A lookup that raced with an invalidation does not insert its (possibly stale) result:
 //! inserts carry the invalidation generation read before the database query.
+//!
+//! Hashes the database did not know are remembered for [`UNKNOWN_TTL`] (at most
+//! [`MAX_UNKNOWN`] of them), so a flood of one unknown key costs one query per TTL. This
+//! cannot refuse a valid key: keys are created with 238 random bits and shown only once
+//! committed, so nobody presents a key before it exists. Only a key inserted by hand
+//! with a clear text someone tried in the last [`UNKNOWN_TTL`] waits that long.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +43,10 @@ pub const CHANNEL: &str = "tollgate_api_key";
 pub const PING_EVERY: Duration = Duration::from_millis(200);
 /// How recent the last ping heard back must be for entries to be trusted.
 pub const TRUST_WINDOW: Duration = Duration::from_millis(600);
+/// How long a hash the database did not know is answered as unknown without asking.
+pub const UNKNOWN_TTL: Duration = Duration::from_secs(5);
+/// Most unknown hashes remembered; a full set drops its expired ones, or starts over.
+pub const MAX_UNKNOWN: usize = 10_000;
 /// Pause before reconnecting a failed listener.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
@@ -58,6 +69,8 @@ pub struct KeyCache {
 
 struct Inner {
     entries: RwLock<HashMap<[u8; 32], CachedKey>>,
+    /// Hashes the database did not know, with the instant they stop being trusted.
+    unknown: RwLock<HashMap<[u8; 32], Instant>>,
     generation: AtomicU64,
     /// Milliseconds since `epoch` at which the newest own ping heard back was issued,
     /// plus one; 0 = none since the last (re)connect.
@@ -79,6 +92,7 @@ impl KeyCache {
         Self {
             inner: Some(Arc::new(Inner {
                 entries: RwLock::new(HashMap::new()),
+                unknown: RwLock::new(HashMap::new()),
                 generation: AtomicU64::new(0),
                 heard: AtomicU64::new(0),
                 epoch: Instant::now(),
@@ -133,6 +147,34 @@ impl KeyCache {
             entries.clear();
         }
         entries.insert(hash, key);
+    }
+
+    /// Whether the database said, less than [`UNKNOWN_TTL`] before `now`, that it has no
+    /// key of this hash.
+    pub fn is_known_unknown(&self, hash: &[u8; 32], now: Instant) -> bool {
+        let Some(inner) = &self.inner else {
+            return false;
+        };
+        let known = read(&inner.unknown)
+            .get(hash)
+            .is_some_and(|until| now < *until);
+        if known {
+            metrics::counter!("tollgate_key_cache_total", "result" => "negative_hit").increment(1);
+        }
+        known
+    }
+
+    /// Remembers that the database has no key of this hash (as of `now`).
+    pub fn remember_unknown(&self, hash: [u8; 32], now: Instant) {
+        let Some(inner) = &self.inner else { return };
+        let mut unknown = write(&inner.unknown);
+        if unknown.len() >= MAX_UNKNOWN && !unknown.contains_key(&hash) {
+            unknown.retain(|_, until| now < *until);
+            if unknown.len() >= MAX_UNKNOWN {
+                unknown.clear();
+            }
+        }
+        unknown.insert(hash, now + UNKNOWN_TTL);
     }
 
     /// Forgets one key (its hash was notified).
@@ -338,6 +380,24 @@ mod tests {
         cache.insert(cache.ticket(), [2; 32], KEY);
         cache.insert(cache.ticket(), [3; 32], KEY);
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn unknown_hashes_are_remembered_for_a_few_seconds_and_bounded() {
+        let cache = KeyCache::new(10);
+        let now = Instant::now();
+        assert!(!cache.is_known_unknown(&[1; 32], now));
+        cache.remember_unknown([1; 32], now);
+        assert!(cache.is_known_unknown(&[1; 32], now + UNKNOWN_TTL - Duration::from_millis(1)));
+        assert!(!cache.is_known_unknown(&[1; 32], now + UNKNOWN_TTL));
+        for i in 0..MAX_UNKNOWN as u32 + 5 {
+            let mut hash = [0u8; 32];
+            hash[..4].copy_from_slice(&i.to_be_bytes());
+            cache.remember_unknown(hash, now);
+        }
+        let held = read(&cache.inner.as_ref().unwrap().unknown).len();
+        assert!(held <= MAX_UNKNOWN, "{held}");
+        assert!(!KeyCache::disabled().is_known_unknown(&[1; 32], now));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use super::{Config, LOCAL_PROFILE};
@@ -99,15 +99,14 @@ impl Config {
             .extract()
             .map_err(|e| ConfigError(one_line(&e.to_string())))?;
         config.profile = sources.profile.clone();
-        // An empty token (e.g. `TOLLGATE__ADMIN__TOKEN=`) means no admin API.
-        if config
-            .admin
-            .token
-            .as_ref()
-            .is_some_and(|t| t.expose_secret().trim().is_empty())
-        {
-            config.admin.token = None;
-        }
+        // Surrounding whitespace (a quoted value, a trailing newline from a secret file)
+        // could never match a bearer token, which is read trimmed: it is dropped. An
+        // empty or all-whitespace token (e.g. `TOLLGATE__ADMIN__TOKEN=`) means no admin
+        // API, as if unset.
+        config.admin.token = config.admin.token.take().and_then(|t| {
+            let trimmed = t.expose_secret().trim();
+            (!trimmed.is_empty()).then(|| SecretString::from(trimmed))
+        });
         config.validate()?;
         Ok(config)
     }
@@ -151,6 +150,17 @@ impl Config {
         }
         if self.usage.free_monthly_calls < 0 {
             return fail("usage.free_monthly_calls must not be negative".into());
+        }
+        let account = &self.account;
+        if account.signups_per_ip_per_hour == 0
+            || account.login_failures_per_hour == 0
+            || account.max_keys == 0
+        {
+            return fail(
+                "account.signups_per_ip_per_hour, login_failures_per_hour and max_keys must be \
+                 at least 1"
+                    .into(),
+            );
         }
         if self.throttle.refresh_interval_ms == 0 || self.throttle.reconcile_interval_ms == 0 {
             return fail("throttle intervals must be positive".into());

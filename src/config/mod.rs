@@ -123,12 +123,25 @@ pub struct AccountConfig {
     /// Lifetime of a login session token.
     #[serde(deserialize_with = "lenient")]
     pub session_ttl_seconds: u64,
+    /// Signups one client address may make per hour on this replica.
+    #[serde(deserialize_with = "lenient")]
+    pub signups_per_ip_per_hour: u32,
+    /// Failed logins per hour on this replica, per email and per client address; past
+    /// it every login of that email or from that address is refused.
+    #[serde(deserialize_with = "lenient")]
+    pub login_failures_per_hour: u32,
+    /// Unrevoked API keys one account may hold.
+    #[serde(deserialize_with = "lenient")]
+    pub max_keys: u32,
 }
 
 impl Default for AccountConfig {
     fn default() -> Self {
         Self {
             session_ttl_seconds: 24 * 3600,
+            signups_per_ip_per_hour: 20,
+            login_failures_per_hour: 10,
+            max_keys: 20,
         }
     }
 }

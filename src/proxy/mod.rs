@@ -20,6 +20,7 @@ use axum::response::IntoResponse;
 use chrono::Utc;
 
 use crate::auth::api_key::authenticate_key;
+use crate::auth::refusal::{Refusal, refused};
 use crate::error::ApiError;
 use crate::request_id::RequestId;
 use crate::state::AppState;
@@ -53,7 +54,9 @@ async fn forward(
         return Err(ApiError::NotFound);
     }
     if !path::is_contained(path) {
-        tracing::warn!(path, "path escaping its prefix refused");
+        if let Some(suppressed) = refused(Refusal::EscapingPath) {
+            tracing::warn!(path, suppressed, "path escaping its prefix refused");
+        }
         return Err(ApiError::NotFound);
     }
     // TRACE would echo the request, shared secret included; CONNECT would open a tunnel.

@@ -3,6 +3,8 @@
 
 mod admin;
 mod keys;
+mod limits;
+mod noise;
 mod ops;
 mod sessions;
 mod signup;
