@@ -8,9 +8,344 @@
 #[allow(dead_code)] // each test binary uses its own share of the helpers
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use common::*;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::timeout;
 use tollgate::config::{Config, Sources};
+
+const HEADER_READ_MS: u64 = 400;
+const IDLE_MS: u64 = 1_000;
+/// How late a close may come after its bound on a busy two-core machine.
+const SLACK: Duration = Duration::from_millis(1_500);
+
+/// A client connection, plain or TLS.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+type Conn = Box<dyn Io>;
+
+/// A self-signed certificate on disk and a client that trusts it.
+struct Tls {
+    _dir: tempfile::TempDir,
+    cert: PathBuf,
+    key: PathBuf,
+    connector: tokio_rustls::TlsConnector,
+}
+
+fn tls() -> Tls {
+    tollgate::startup::install_crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(certified.cert.der().clone()).unwrap();
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Tls {
+        _dir: dir,
+        cert,
+        key,
+        connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+    }
+}
+
+/// A gateway with short connection bounds, over HTTPS when `tls` is given.
+async fn spawn_bounded(tls: Option<&Tls>, adjust: impl FnOnce(&mut Config)) -> TestApp {
+    let files = tls.map(|t| (t.cert.clone(), t.key.clone()));
+    spawn_app_with(move |c| {
+        c.server.header_read_timeout_ms = HEADER_READ_MS;
+        c.server.idle_timeout_ms = IDLE_MS;
+        if let Some((cert, key)) = files {
+            c.server.tls_cert = Some(cert);
+            c.server.tls_key = Some(key);
+        }
+        adjust(c);
+    })
+    .await
+}
+
+async fn open(app: &TestApp, tls: Option<&Tls>) -> Conn {
+    let tcp = TcpStream::connect(app.addr).await.unwrap();
+    match tls {
+        None => Box::new(tcp),
+        Some(tls) => {
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            Box::new(tls.connector.connect(name, tcp).await.unwrap())
+        }
+    }
+}
+
+fn scheme(tls: Option<&Tls>) -> &'static str {
+    if tls.is_some() { "https" } else { "http" }
+}
+
+/// Waits for the peer to close (end of stream or an error); `None` after `limit`.
+async fn closed_within(conn: &mut Conn, limit: Duration) -> Option<Instant> {
+    let mut buf = [0u8; 1024];
+    timeout(limit, async {
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return Instant::now(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+/// Reads one HTTP/1.1 response with a `content-length`: its status and body.
+async fn read_response(conn: &mut Conn) -> (u16, String) {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        if let Some(at) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(n > 0, "connection closed before a response head");
+        data.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&data[..head_end]).to_string();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().unwrap())
+        })
+        .expect("a content-length");
+    while data.len() < head_end + length {
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(n > 0, "connection closed inside a response body");
+        data.extend_from_slice(&buf[..n]);
+    }
+    let body = String::from_utf8_lossy(&data[head_end..head_end + length]).to_string();
+    (status, body)
+}
+
+async fn get_healthz(conn: &mut Conn) -> u16 {
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        .await
+        .unwrap();
+    conn.flush().await.unwrap();
+    read_response(conn).await.0
+}
+
+// ---------------------------------------------------------------------------------
+// Connection limits (SPEC §2, §9)
+
+/// Sends a request head one byte every 100 ms, never finishing it, until the
+/// gateway closes the connection; the time from connect to close.
+async fn trickle_head(app: &TestApp, tls: Option<&Tls>) -> Option<Duration> {
+    let started = Instant::now();
+    let mut conn = open(app, tls).await;
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: gw\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    while started.elapsed() < Duration::from_millis(HEADER_READ_MS) + SLACK * 2 {
+        if conn.write_all(b"a").await.is_err() || conn.flush().await.is_err() {
+            return Some(started.elapsed());
+        }
+        match timeout(Duration::from_millis(100), conn.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
+            Ok(Ok(_)) | Err(_) => {}
+        }
+    }
+    None
+}
+
+async fn a_trickling_request_head_is_cut(tls: Option<Tls>) {
+    let app = spawn_bounded(tls.as_ref(), |_| {}).await;
+    let closed = trickle_head(&app, tls.as_ref()).await;
+    let closed = closed.expect("a trickling head was never cut");
+    println!(
+        "header-read ({}): trickling client closed after {} ms (bound {HEADER_READ_MS} ms)",
+        scheme(tls.as_ref()),
+        closed.as_millis()
+    );
+    assert!(
+        closed >= Duration::from_millis(HEADER_READ_MS - 50),
+        "{closed:?}"
+    );
+    assert!(
+        closed <= Duration::from_millis(HEADER_READ_MS) + SLACK,
+        "{closed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_trickling_its_request_head_is_closed_after_the_header_read_timeout_http() {
+    a_trickling_request_head_is_cut(None).await;
+}
+
+#[tokio::test]
+async fn a_client_trickling_its_request_head_is_closed_after_the_header_read_timeout_https() {
+    a_trickling_request_head_is_cut(Some(tls())).await;
+}
+
+async fn a_silent_connection_is_cut(tls: Option<Tls>) {
+    let app = spawn_bounded(tls.as_ref(), |_| {}).await;
+    // Not even a TLS handshake: the bound covers it too.
+    let started = Instant::now();
+    let mut conn: Conn = Box::new(TcpStream::connect(app.addr).await.unwrap());
+    let closed = closed_within(&mut conn, Duration::from_millis(HEADER_READ_MS) + SLACK * 2)
+        .await
+        .expect("a silent connection was never closed");
+    let after = closed - started;
+    println!(
+        "header-read ({}): silent connection closed after {} ms (bound {HEADER_READ_MS} ms)",
+        scheme(tls.as_ref()),
+        after.as_millis()
+    );
+    assert!(
+        after >= Duration::from_millis(HEADER_READ_MS - 50),
+        "{after:?}"
+    );
+    assert!(
+        after <= Duration::from_millis(HEADER_READ_MS) + SLACK,
+        "{after:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_after_the_header_read_timeout_http() {
+    a_silent_connection_is_cut(None).await;
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_after_the_header_read_timeout_https() {
+    a_silent_connection_is_cut(Some(tls())).await;
+}
+
+async fn an_idle_keep_alive_connection_is_cut(tls: Option<Tls>) {
+    let app = spawn_bounded(tls.as_ref(), |_| {}).await;
+    let mut conn = open(&app, tls.as_ref()).await;
+    assert_eq!(get_healthz(&mut conn).await, 200);
+    // A second request on the same connection: it is kept alive between requests.
+    assert_eq!(get_healthz(&mut conn).await, 200);
+    let idle_since = Instant::now();
+    let closed = closed_within(&mut conn, Duration::from_millis(IDLE_MS) + SLACK * 2)
+        .await
+        .expect("an idle keep-alive connection was never closed");
+    let after = closed - idle_since;
+    println!(
+        "idle ({}): keep-alive connection closed after {} ms idle (bound {IDLE_MS} ms; \
+         header-read bound {HEADER_READ_MS} ms)",
+        scheme(tls.as_ref()),
+        after.as_millis()
+    );
+    // Idle is measured by its own bound, not the (shorter) header-read one.
+    assert!(after >= Duration::from_millis(IDLE_MS - 100), "{after:?}");
+    assert!(after <= Duration::from_millis(IDLE_MS) + SLACK, "{after:?}");
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout_http() {
+    an_idle_keep_alive_connection_is_cut(None).await;
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout_https() {
+    an_idle_keep_alive_connection_is_cut(Some(tls())).await;
+}
+
+#[tokio::test]
+async fn slow_upstreams_and_slow_but_steady_uploads_outlast_the_connection_bounds() {
+    let app = spawn_bounded(None, |_| {}).await;
+    let customer = app.signup().await;
+    // The upstream takes longer than both bounds to answer.
+    let started = Instant::now();
+    let res = app
+        .call(
+            &format!("/vedic/v1/slow/{}", IDLE_MS + 500),
+            &customer.api_key,
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    assert!(started.elapsed() >= Duration::from_millis(IDLE_MS + 500));
+
+    // A body whose pieces come closer together than the bound, for longer than it.
+    let pieces = futures_util::stream::unfold(0, |i| async move {
+        if i == 6 {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(HEADER_READ_MS / 2)).await;
+        Some((
+            Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"0123456789")),
+            i + 1,
+        ))
+    });
+    let started = Instant::now();
+    let res = app
+        .client
+        .post(app.url("/vedic/v1/count"))
+        .header("x-api-key", &customer.api_key)
+        .body(reqwest::Body::wrap_stream(pieces))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let answer: Value = res.json().await.unwrap();
+    assert_eq!(answer["received_bytes"], 60);
+    assert!(started.elapsed() > Duration::from_millis(HEADER_READ_MS * 2));
+}
+
+#[tokio::test]
+async fn past_max_connections_new_ones_wait_unaccepted_and_held_ones_keep_working() {
+    let app = spawn_app_with(|c| {
+        c.server.max_connections = 2;
+        c.server.header_read_timeout_ms = 10_000;
+        c.server.idle_timeout_ms = 30_000;
+    })
+    .await;
+    let mut first = open(&app, None).await;
+    let mut second = open(&app, None).await;
+    assert_eq!(get_healthz(&mut first).await, 200);
+    assert_eq!(get_healthz(&mut second).await, 200);
+
+    // The kernel completes the handshake (backlog), but the gateway does not take it.
+    let mut third = open(&app, None).await;
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        .await
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let early = timeout(Duration::from_millis(800), third.read(&mut byte)).await;
+    assert!(
+        early.is_err(),
+        "a third connection was served (or refused) past max_connections: {early:?}"
+    );
+
+    // The two held connections keep working meanwhile.
+    for _ in 0..3 {
+        assert_eq!(get_healthz(&mut first).await, 200);
+        assert_eq!(get_healthz(&mut second).await, 200);
+    }
+
+    drop(first);
+    let released = Instant::now();
+    let (status, _) = timeout(Duration::from_secs(5), read_response(&mut third))
+        .await
+        .expect("the waiting connection was served once a slot freed");
+    println!(
+        "max-connections: third connection waited, then was served {} ms after one of two closed",
+        released.elapsed().as_millis()
+    );
+    assert_eq!(status, 200);
+    assert_eq!(get_healthz(&mut second).await, 200);
+}
 
 // ---------------------------------------------------------------------------------
 // Configuration (SPEC §2)
