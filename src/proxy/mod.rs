@@ -34,6 +34,24 @@ pub async fn handle(State(state): State<AppState>, request: Request) -> Response
     }
 }
 
+/// The connection's peer, and whether it is one of `server.trusted_proxies`.
+fn peer_of(state: &AppState, request: &Request) -> headers::Peer {
+    // An IPv4 client of a dual-stack listener shows as `::ffff:a.b.c.d`.
+    let ip = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_canonical());
+    let trusted = ip.is_some_and(|ip| {
+        state
+            .config
+            .server
+            .trusted_proxies
+            .iter()
+            .any(|net| net.contains(&ip))
+    });
+    headers::Peer { ip, trusted }
+}
+
 async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, ApiError> {
     let path = request.uri().path();
     if path::prefix_of(path).is_none() {
@@ -72,10 +90,7 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
         return Err(ApiError::Throttled);
     }
 
-    let client_ip = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
+    let peer = peer_of(state, &request);
     let (parts, body) = request.into_parts();
     let path_and_query = parts
         .uri
@@ -91,7 +106,7 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
         &upstream.key_header,
         upstream.shared_secret.as_ref(),
         &request_id.header_value(),
-        client_ip,
+        peer,
     );
 
     let started = Instant::now();
