@@ -9,6 +9,7 @@ pub mod path;
 pub mod upstream;
 
 use std::net::SocketAddr;
+use std::sync::LazyLock;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -20,7 +21,9 @@ use chrono::Utc;
 use crate::auth::api_key::authenticate_key;
 use crate::error::ApiError;
 use crate::request_id::RequestId;
+use crate::server::body::RequestBodyError;
 use crate::state::AppState;
+use crate::telemetry::RateLimitedLog;
 use crate::usage::UsageEvent;
 
 /// Longest route kept in a ledger row.
@@ -123,8 +126,13 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
             );
             return Err(ApiError::UpstreamTimeout);
         }
-        // A connect timeout is a connect error (502), not a slow answer.
         Ok(Err(e)) => {
+            // The client's body failed (malformed, stalled): the client's fault, not
+            // the upstream's; nothing was answered, so nothing is consumed.
+            if let Some(fault) = RequestBodyError::find(&e) {
+                return Err(client_body_fault(fault));
+            }
+            // A connect timeout is a connect error (502), not a slow answer.
             metrics::counter!("tollgate_upstream_errors_total", "kind" => "unreachable")
                 .increment(1);
             tracing::warn!(error = %crate::error::anyhow_chain(&e), "upstream unreachable");
@@ -150,4 +158,23 @@ async fn forward(state: &AppState, request: Request) -> Result<Response<Body>, A
     response.version = Version::HTTP_11;
     response.extensions = Default::default();
     Ok(Response::from_parts(response, Body::new(body)))
+}
+
+/// Counts and logs (rate-limited: any client can cause it) a request body the
+/// client failed to deliver, and names the answer.
+fn client_body_fault(fault: &RequestBodyError) -> ApiError {
+    static LOG: LazyLock<RateLimitedLog> = LazyLock::new(RateLimitedLog::default);
+    let kind = match fault {
+        RequestBodyError::Stalled(_) => "body_stalled",
+        RequestBodyError::Broken(_) => "body_malformed",
+    };
+    metrics::counter!("tollgate_client_errors_total", "kind" => kind).increment(1);
+    if LOG.allow() {
+        tracing::info!(
+            error = %crate::error::anyhow_chain(fault),
+            suppressed = LOG.take_suppressed(),
+            "request body failed on the client's side"
+        );
+    }
+    ApiError::from_request_body(fault)
 }

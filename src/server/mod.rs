@@ -5,9 +5,11 @@
 //! accept loop stops taking connections, so new ones wait in the kernel's listen
 //! backlog, neither accepted nor refused, while the ones held keep working. Each
 //! connection runs on a [`clock::Clock`] (header-read and idle bounds) whatever its
-//! protocol. On shutdown the listener closes, open connections finish their requests
+//! protocol, and every request body on a [`body::RequestBody`] (stall bound, faults
+//! named as the client's). On shutdown the listener closes, open connections finish their requests
 //! for up to `server.shutdown_grace_ms`, and whatever is left is then dropped.
 
+pub mod body;
 pub mod clock;
 
 use std::convert::Infallible;
@@ -36,6 +38,7 @@ use tower::ServiceExt;
 
 use crate::config::ServerConfig;
 use crate::telemetry::RateLimitedLog;
+use body::RequestBody;
 use clock::{Clock, ClockedIo, InFlight};
 
 /// The connection limits of `server.*`.
@@ -180,12 +183,15 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let app = shared.app.clone();
+    // A body may pause between pieces as long as a head may take to arrive.
+    let gap = shared.limits.header_read;
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         let in_flight = clock.request_started();
         request.extensions_mut().insert(ConnectInfo(peer));
+        let request = request.map(|incoming| Body::new(RequestBody::new(incoming, gap)));
         let app = app.clone();
         async move {
-            let response = match app.oneshot(request.map(Body::new)).await {
+            let response = match app.oneshot(request).await {
                 Ok(response) => response,
                 Err(never) => match never {},
             };
