@@ -195,4 +195,137 @@ mod tests {
         );
         assert_eq!(from_anyone["x-forwarded-for"], "127.0.0.1");
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        const KEY_HEADER: &str = "x-api-key";
+        const SECRET: &str = "shared-secret";
+
+        /// Names a client might send: the ones the gateway rewrites, and any other.
+        fn name() -> impl Strategy<Value = String> {
+            prop_oneof![
+                3 => prop::sample::select(vec![
+                    "accept", "content-type", "x-custom", KEY_HEADER, "connection", "keep-alive",
+                    "te", "trailer", "transfer-encoding", "upgrade", "proxy-authorization",
+                    "proxy-authenticate", "proxy-connection", "host", "forwarded", "x-real-ip",
+                    "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-original-url",
+                    "x-rewrite-url", "x-request-id",
+                ])
+                .prop_map(str::to_owned),
+                1 => "[a-z][a-z0-9-]{0,12}",
+            ]
+        }
+
+        /// A client's headers, with the customer key in the key header.
+        fn client_headers() -> impl Strategy<Value = (HeaderMap, String)> {
+            (
+                prop::collection::vec(
+                    (name(), "[ -~]{0,24}", prop::collection::vec(name(), 0..3)),
+                    0..16,
+                ),
+                "tgk_[a-z0-9]{12}",
+            )
+                .prop_map(|(entries, key)| {
+                    let mut headers = HeaderMap::new();
+                    for (name, value, named) in entries {
+                        let value = match name.as_str() {
+                            KEY_HEADER => key.clone(),
+                            "connection" => named.join(", "),
+                            _ => value,
+                        };
+                        headers.append(
+                            HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                            HeaderValue::from_str(&value).unwrap(),
+                        );
+                    }
+                    (headers, key)
+                })
+        }
+
+        fn removed(sent: &HeaderMap) -> Vec<HeaderName> {
+            let mut removed: Vec<HeaderName> = HOP_BY_HOP
+                .iter()
+                .chain(CLIENT_FORWARDING.iter())
+                .cloned()
+                .chain([header::HOST, PROXY_CONNECTION.clone()])
+                .collect();
+            removed.extend(
+                sent.get_all(header::CONNECTION)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(|v| v.split(','))
+                    .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok()),
+            );
+            removed
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+            #[test]
+            fn rewritten_headers_never_carry_the_key_or_a_removed_header(
+                (sent, key) in client_headers(),
+                with_secret in any::<bool>(),
+                trusted in any::<bool>(),
+                ip in prop::option::of(any::<std::net::IpAddr>()),
+            ) {
+                let key_header = HeaderName::from_static(KEY_HEADER);
+                let secret = HeaderValue::from_static(SECRET);
+                let request_id = HeaderValue::from_static("00000000-0000-4000-8000-000000000000");
+                let out = upstream_request_headers(
+                    sent.clone(),
+                    &key_header,
+                    with_secret.then_some(&secret),
+                    &request_id,
+                    Peer { ip, trusted },
+                );
+
+                prop_assert!(!out.values().any(|v| v.as_bytes() == key.as_bytes()), "{out:?}");
+                let keys: Vec<_> = out.get_all(&key_header).iter().collect();
+                if with_secret {
+                    prop_assert_eq!(keys, vec![&secret]);
+                } else {
+                    prop_assert!(keys.is_empty());
+                }
+                let removed = removed(&sent);
+                for name in &removed {
+                    if name != X_REQUEST_ID && name != X_FORWARDED_FOR && name != key_header {
+                        prop_assert!(!out.contains_key(name), "{name} survived: {out:?}");
+                    }
+                }
+                prop_assert_eq!(out.get_all(&X_REQUEST_ID).iter().collect::<Vec<_>>(), vec![&request_id]);
+
+                let forwarded: Vec<_> = out.get_all(&X_FORWARDED_FOR).iter().collect();
+                prop_assert!(forwarded.len() <= 1);
+                match (ip, trusted) {
+                    (Some(ip), false) => {
+                        let alone = HeaderValue::from_str(&ip.to_string()).unwrap();
+                        prop_assert_eq!(forwarded, vec![&alone]);
+                    }
+                    (Some(ip), true) => {
+                        let chain = forwarded[0].to_str().unwrap();
+                        prop_assert!(chain.ends_with(&ip.to_string()), "{chain}");
+                    }
+                    (None, false) => prop_assert!(forwarded.is_empty()),
+                    (None, true) => {}
+                }
+
+                // Everything else passes untouched, in order.
+                for name in sent.keys() {
+                    let rewritten = removed.contains(name)
+                        || name == key_header
+                        || name == X_REQUEST_ID
+                        || name == X_FORWARDED_FOR;
+                    if !rewritten {
+                        prop_assert_eq!(
+                            sent.get_all(name).iter().collect::<Vec<_>>(),
+                            out.get_all(name).iter().collect::<Vec<_>>()
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
