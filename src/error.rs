@@ -10,6 +10,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::server::body::RequestBodyError;
+
 /// The JSON error body of SPEC §3.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
@@ -42,6 +44,12 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("payload too large")]
     PayloadTooLarge,
+    /// The client's request body could not be read (bad framing, cut short).
+    #[error("bad request body")]
+    BadRequestBody,
+    /// The client's request body stopped arriving.
+    #[error("request body timed out")]
+    RequestTimeout,
     #[error("not found")]
     NotFound,
     #[error("account not found")]
@@ -83,6 +91,8 @@ impl ApiError {
             MalformedJson(_) => (StatusCode::BAD_REQUEST, "MALFORMED_JSON"),
             UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE"),
             PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE"),
+            BadRequestBody => (StatusCode::BAD_REQUEST, "BAD_REQUEST_BODY"),
+            RequestTimeout => (StatusCode::REQUEST_TIMEOUT, "REQUEST_TIMEOUT"),
             NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             AccountNotFound => (StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND"),
             KeyNotFound => (StatusCode::NOT_FOUND, "KEY_NOT_FOUND"),
@@ -124,6 +134,10 @@ impl ApiError {
             MalformedJson(why) => format!("Request body is not valid JSON: {why}"),
             UnsupportedMediaType => "Expected a body with content-type application/json.".into(),
             PayloadTooLarge => "Request body is too large.".into(),
+            BadRequestBody => {
+                "The request body is malformed or was cut short (e.g. bad chunked encoding).".into()
+            }
+            RequestTimeout => "The request body stopped arriving before it was complete.".into(),
             NotFound => "No such route.".into(),
             AccountNotFound => "No such account.".into(),
             KeyNotFound => "No such API key.".into(),
@@ -137,6 +151,14 @@ impl ApiError {
                 "The service is temporarily unavailable.".into()
             }
             Internal(_) => "Internal error.".into(),
+        }
+    }
+
+    /// The answer to a request body the client failed to deliver.
+    pub fn from_request_body(err: &RequestBodyError) -> Self {
+        match err {
+            RequestBodyError::Stalled(_) => ApiError::RequestTimeout,
+            RequestBodyError::Broken(_) => ApiError::BadRequestBody,
         }
     }
 
@@ -166,6 +188,9 @@ impl From<sqlx::Error> for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
+        if let Some(body) = RequestBodyError::find(&rejection) {
+            return ApiError::from_request_body(body);
+        }
         match rejection {
             JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType,
             JsonRejection::JsonDataError(e) => ApiError::Validation(e.body_text()),

@@ -1,7 +1,8 @@
 //! tollgate: the account backend and metering gateway of a paid HTTP API.
 //!
 //! The crate is organised by concept, and a request walks downhill through it:
-//! [`startup`] wires everything and serves [`http::router`]; [`http`] routes to
+//! [`startup`] wires everything and serves [`http::router`] through [`server`] (the
+//! listener and its connection limits); [`http`] routes to
 //! [`account`] and [`admin`] (the JSON APIs) and [`proxy`] (metered forwarding); those
 //! rely on [`auth`] (who is calling) and [`usage`] (every quota decision); usage tells
 //! [`throttle`] (admission and exhaustion markers) what to mark, and the throttler
@@ -20,6 +21,7 @@ pub mod http;
 pub mod month;
 pub mod proxy;
 pub mod request_id;
+pub mod server;
 pub mod startup;
 pub mod state;
 pub mod sync;

@@ -7,7 +7,6 @@
 //! rest.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -310,43 +309,23 @@ async fn reconcile_schedule(
 }
 
 /// Serves the public router on `listener` (HTTPS when the config names a certificate)
-/// until `shutdown` resolves; in-flight requests then get `server.shutdown_grace_ms`.
+/// within the connection limits of `server.*` until `shutdown` resolves; in-flight
+/// requests then get `server.shutdown_grace_ms`.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     install_crypto();
-    let grace = Duration::from_millis(state.config.server.shutdown_grace_ms);
-    let tls = match (&state.config.server.tls_cert, &state.config.server.tls_key) {
+    let server = &state.config.server;
+    let limits = crate::server::Limits::from_config(server);
+    let tls = match (&server.tls_cert, &server.tls_key) {
         (Some(cert), Some(key)) => {
-            Some(axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key).await?)
+            let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key).await?;
+            Some(tokio_rustls::TlsAcceptor::from(config.get_inner()))
         }
         _ => None,
     };
-    let app = crate::http::router(state).into_make_service_with_connect_info::<SocketAddr>();
-    let handle = axum_server::Handle::new();
-    tokio::spawn({
-        let handle = handle.clone();
-        async move {
-            shutdown.await;
-            tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
-            handle.graceful_shutdown(Some(grace));
-        }
-    });
-    let listener = listener.into_std()?;
-    match tls {
-        Some(tls) => {
-            axum_server::from_tcp_rustls(listener, tls)
-                .handle(handle)
-                .serve(app)
-                .await
-        }
-        None => {
-            axum_server::from_tcp(listener)
-                .handle(handle)
-                .serve(app)
-                .await
-        }
-    }
+    let app = crate::http::router(state);
+    crate::server::run(listener, app, tls, limits, shutdown).await
 }

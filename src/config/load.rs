@@ -1,10 +1,12 @@
 //! Loading the layers: files, profile, `--config`, environment; then validation.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
+use ipnet::IpNet;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
@@ -134,6 +136,25 @@ impl Config {
                 self.upstream.key_header
             ));
         }
+        for (key, value) in [
+            ("upstream.timeout_ms", self.upstream.timeout_ms),
+            (
+                "server.header_read_timeout_ms",
+                self.server.header_read_timeout_ms,
+            ),
+            ("server.idle_timeout_ms", self.server.idle_timeout_ms),
+            ("server.max_connections", self.server.max_connections as u64),
+        ] {
+            if value == 0 {
+                return fail(format!("{key} must be greater than 0"));
+            }
+        }
+        if self.server.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
+            return fail(format!(
+                "server.max_connections must be at most {}",
+                tokio::sync::Semaphore::MAX_PERMITS
+            ));
+        }
         if self.database.max_connections == 0 {
             return fail("database.max_connections must be at least 1".into());
         }
@@ -231,6 +252,34 @@ where
             .or_else(|_| text.trim().to_ascii_lowercase().parse())
             .map_err(|e| serde::de::Error::custom(format!("`{text}`: {e}"))),
     }
+}
+
+/// Deserializes a CIDR list given as a TOML array or, from the environment, as
+/// comma-separated text. A bare address stands for itself (`/32` or `/128`).
+pub(super) fn cidr_list<'de, D>(deserializer: D) -> Result<Vec<IpNet>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given {
+        List(Vec<String>),
+        Text(String),
+    }
+    let items = match Given::deserialize(deserializer)? {
+        Given::List(items) => items,
+        Given::Text(text) => text.split(',').map(str::to_owned).collect(),
+    };
+    items
+        .iter()
+        .map(|item| item.trim())
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            item.parse::<IpNet>()
+                .or_else(|_| item.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| serde::de::Error::custom(format!("`{item}` is not a CIDR block")))
+        })
+        .collect()
 }
 
 fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {

@@ -9,13 +9,14 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use ipnet::IpNet;
 use secrecy::SecretString;
 use serde::Deserialize;
 
 mod load;
 
-use load::lenient;
 pub use load::{ConfigError, Sources};
+use load::{cidr_list, lenient};
 
 /// The profile that turns metering and throttling off for development.
 pub const LOCAL_PROFILE: &str = "local";
@@ -51,6 +52,20 @@ pub struct ServerConfig {
     /// How long in-flight requests may take to finish after a shutdown signal.
     #[serde(deserialize_with = "lenient")]
     pub shutdown_grace_ms: u64,
+    /// How long a connection may take to send a whole request head: from its accept
+    /// (TLS handshake included), or from the first byte of its next request. Also the
+    /// longest a request body may keep the gateway waiting between two of its pieces.
+    #[serde(deserialize_with = "lenient")]
+    pub header_read_timeout_ms: u64,
+    /// How long a keep-alive connection may sit between requests.
+    #[serde(deserialize_with = "lenient")]
+    pub idle_timeout_ms: u64,
+    /// Client connections served at once; further ones wait in the listen backlog.
+    #[serde(deserialize_with = "lenient")]
+    pub max_connections: usize,
+    /// Peers (load balancers) whose `X-Forwarded-For` is kept and appended to.
+    #[serde(deserialize_with = "cidr_list")]
+    pub trusted_proxies: Vec<IpNet>,
 }
 
 impl Default for ServerConfig {
@@ -61,6 +76,10 @@ impl Default for ServerConfig {
             tls_key: None,
             metrics_listen: "127.0.0.1:9090".parse().expect("valid default address"),
             shutdown_grace_ms: 10_000,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 10_000,
+            trusted_proxies: Vec::new(),
         }
     }
 }

@@ -3,7 +3,10 @@
 //! Hop-by-hop headers (RFC 9110 §7.6.1, plus any the `Connection` header names) are
 //! connection-local and never forwarded in either direction. On the way up the
 //! customer key is replaced by the shared secret and `X-Request-Id` and
-//! `X-Forwarded-For` are set by the gateway.
+//! `X-Forwarded-For` are set by the gateway (SPEC §3.1.4): the client's own
+//! `X-Forwarded-For` survives, appended to, only when the peer is a trusted proxy, and
+//! the headers a client could use to pose as a proxy or to steer URL rewriting behind
+//! the gateway never pass.
 
 use std::net::IpAddr;
 
@@ -20,6 +23,16 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::TRAILER,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
+];
+
+/// Client-sent forwarding and rewrite headers, removed whoever the peer is.
+const CLIENT_FORWARDING: [HeaderName; 6] = [
+    header::FORWARDED,
+    HeaderName::from_static("x-real-ip"),
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-forwarded-proto"),
+    HeaderName::from_static("x-original-url"),
+    HeaderName::from_static("x-rewrite-url"),
 ];
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -40,31 +53,58 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove(&PROXY_CONNECTION);
 }
 
+/// Who sent a request, as far as `X-Forwarded-For` is concerned.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    /// The address the connection came from.
+    pub ip: Option<IpAddr>,
+    /// Whether that address is in `server.trusted_proxies`.
+    pub trusted: bool,
+}
+
 /// The headers sent upstream for a client request.
 pub fn upstream_request_headers(
     mut headers: HeaderMap,
     key_header: &HeaderName,
     shared_secret: Option<&HeaderValue>,
     request_id: &HeaderValue,
-    client_ip: Option<IpAddr>,
+    peer: Peer,
 ) -> HeaderMap {
     strip_hop_by_hop(&mut headers);
     headers.remove(header::HOST);
+    for name in &CLIENT_FORWARDING {
+        headers.remove(name);
+    }
     headers.remove(key_header);
     if let Some(secret) = shared_secret {
         headers.insert(key_header.clone(), secret.clone());
     }
     headers.insert(X_REQUEST_ID.clone(), request_id.clone());
-    if let Some(ip) = client_ip {
-        let forwarded = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-            Some(existing) if !existing.trim().is_empty() => format!("{existing}, {ip}"),
-            _ => ip.to_string(),
-        };
-        if let Ok(value) = HeaderValue::from_str(&forwarded) {
-            headers.insert(X_FORWARDED_FOR.clone(), value);
-        }
+    let forwarded_for = forwarded_for(&headers, peer);
+    headers.remove(&X_FORWARDED_FOR);
+    if let Some(value) = forwarded_for.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        headers.insert(X_FORWARDED_FOR.clone(), value);
     }
     headers
+}
+
+/// The `X-Forwarded-For` chain to send: a trusted proxy's chain (all its header
+/// lines, in order) followed by the peer, or the peer alone.
+fn forwarded_for(headers: &HeaderMap, peer: Peer) -> Option<String> {
+    let mut chain: Vec<String> = Vec::new();
+    if peer.trusted {
+        chain.extend(
+            headers
+                .get_all(&X_FORWARDED_FOR)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    chain.extend(peer.ip.map(|ip| ip.to_string()));
+    (!chain.is_empty()).then(|| chain.join(", "))
 }
 
 #[cfg(test)]
@@ -110,7 +150,10 @@ mod tests {
             &key,
             Some(&HeaderValue::from_static("shared")),
             &HeaderValue::from_static("00000000-0000-4000-8000-000000000000"),
-            Some("10.1.2.3".parse().unwrap()),
+            Peer {
+                ip: Some("10.1.2.3".parse().unwrap()),
+                trusted: false,
+            },
         );
         assert_eq!(out.get_all("x-api-key").iter().count(), 1);
         assert_eq!(out["x-api-key"], "shared");
@@ -120,16 +163,169 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_for_is_appended_to() {
+    fn forwarded_for_is_appended_to_only_for_a_trusted_peer() {
         let key = HeaderName::from_static("x-api-key");
-        let out = upstream_request_headers(
-            map(&[("x-forwarded-for", "203.0.113.9")]),
-            &key,
-            None,
-            &HeaderValue::from_static("id"),
-            Some("127.0.0.1".parse().unwrap()),
+        let sent = map(&[
+            ("x-forwarded-for", "203.0.113.9"),
+            ("x-forwarded-for", "198.51.100.2"),
+        ]);
+        let forward = |trusted| {
+            upstream_request_headers(
+                sent.clone(),
+                &key,
+                None,
+                &HeaderValue::from_static("id"),
+                Peer {
+                    ip: Some("127.0.0.1".parse().unwrap()),
+                    trusted,
+                },
+            )
+        };
+        let from_proxy = forward(true);
+        assert_eq!(
+            from_proxy["x-forwarded-for"],
+            "203.0.113.9, 198.51.100.2, 127.0.0.1"
         );
-        assert_eq!(out["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
-        assert!(!out.contains_key("x-api-key"));
+        assert!(!from_proxy.contains_key("x-api-key"));
+        let from_anyone = forward(false);
+        assert_eq!(
+            from_anyone.get_all("x-forwarded-for").iter().count(),
+            1,
+            "{from_anyone:?}"
+        );
+        assert_eq!(from_anyone["x-forwarded-for"], "127.0.0.1");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        const KEY_HEADER: &str = "x-api-key";
+        const SECRET: &str = "shared-secret";
+
+        /// Names a client might send: the ones the gateway rewrites, and any other.
+        fn name() -> impl Strategy<Value = String> {
+            prop_oneof![
+                3 => prop::sample::select(vec![
+                    "accept", "content-type", "x-custom", KEY_HEADER, "connection", "keep-alive",
+                    "te", "trailer", "transfer-encoding", "upgrade", "proxy-authorization",
+                    "proxy-authenticate", "proxy-connection", "host", "forwarded", "x-real-ip",
+                    "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-original-url",
+                    "x-rewrite-url", "x-request-id",
+                ])
+                .prop_map(str::to_owned),
+                1 => "[a-z][a-z0-9-]{0,12}",
+            ]
+        }
+
+        /// A client's headers, with the customer key in the key header.
+        fn client_headers() -> impl Strategy<Value = (HeaderMap, String)> {
+            (
+                prop::collection::vec(
+                    (name(), "[ -~]{0,24}", prop::collection::vec(name(), 0..3)),
+                    0..16,
+                ),
+                "tgk_[a-z0-9]{12}",
+            )
+                .prop_map(|(entries, key)| {
+                    let mut headers = HeaderMap::new();
+                    for (name, value, named) in entries {
+                        let value = match name.as_str() {
+                            KEY_HEADER => key.clone(),
+                            "connection" => named.join(", "),
+                            _ => value,
+                        };
+                        headers.append(
+                            HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                            HeaderValue::from_str(&value).unwrap(),
+                        );
+                    }
+                    (headers, key)
+                })
+        }
+
+        fn removed(sent: &HeaderMap) -> Vec<HeaderName> {
+            let mut removed: Vec<HeaderName> = HOP_BY_HOP
+                .iter()
+                .chain(CLIENT_FORWARDING.iter())
+                .cloned()
+                .chain([header::HOST, PROXY_CONNECTION.clone()])
+                .collect();
+            removed.extend(
+                sent.get_all(header::CONNECTION)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(|v| v.split(','))
+                    .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok()),
+            );
+            removed
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+            #[test]
+            fn rewritten_headers_never_carry_the_key_or_a_removed_header(
+                (sent, key) in client_headers(),
+                with_secret in any::<bool>(),
+                trusted in any::<bool>(),
+                ip in prop::option::of(any::<std::net::IpAddr>()),
+            ) {
+                let key_header = HeaderName::from_static(KEY_HEADER);
+                let secret = HeaderValue::from_static(SECRET);
+                let request_id = HeaderValue::from_static("00000000-0000-4000-8000-000000000000");
+                let out = upstream_request_headers(
+                    sent.clone(),
+                    &key_header,
+                    with_secret.then_some(&secret),
+                    &request_id,
+                    Peer { ip, trusted },
+                );
+
+                prop_assert!(!out.values().any(|v| v.as_bytes() == key.as_bytes()), "{out:?}");
+                let keys: Vec<_> = out.get_all(&key_header).iter().collect();
+                if with_secret {
+                    prop_assert_eq!(keys, vec![&secret]);
+                } else {
+                    prop_assert!(keys.is_empty());
+                }
+                let removed = removed(&sent);
+                for name in &removed {
+                    if name != X_REQUEST_ID && name != X_FORWARDED_FOR && name != key_header {
+                        prop_assert!(!out.contains_key(name), "{name} survived: {out:?}");
+                    }
+                }
+                prop_assert_eq!(out.get_all(&X_REQUEST_ID).iter().collect::<Vec<_>>(), vec![&request_id]);
+
+                let forwarded: Vec<_> = out.get_all(&X_FORWARDED_FOR).iter().collect();
+                prop_assert!(forwarded.len() <= 1);
+                match (ip, trusted) {
+                    (Some(ip), false) => {
+                        let alone = HeaderValue::from_str(&ip.to_string()).unwrap();
+                        prop_assert_eq!(forwarded, vec![&alone]);
+                    }
+                    (Some(ip), true) => {
+                        let chain = forwarded[0].to_str().unwrap();
+                        prop_assert!(chain.ends_with(&ip.to_string()), "{chain}");
+                    }
+                    (None, false) => prop_assert!(forwarded.is_empty()),
+                    (None, true) => {}
+                }
+
+                // Everything else passes untouched, in order.
+                for name in sent.keys() {
+                    let rewritten = removed.contains(name)
+                        || name == key_header
+                        || name == X_REQUEST_ID
+                        || name == X_FORWARDED_FOR;
+                    if !rewritten {
+                        prop_assert_eq!(
+                            sent.get_all(name).iter().collect::<Vec<_>>(),
+                            out.get_all(name).iter().collect::<Vec<_>>()
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@ pub mod quota_headers;
 pub mod upstream;
 
 use std::net::SocketAddr;
+use std::sync::LazyLock;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -23,7 +24,9 @@ use crate::auth::api_key::authenticate_key;
 use crate::auth::refusal::{Refusal, refused};
 use crate::error::ApiError;
 use crate::request_id::RequestId;
+use crate::server::body::RequestBodyError;
 use crate::state::AppState;
+use crate::telemetry::RateLimitedLog;
 use crate::usage::quota::Verdict;
 use crate::usage::{Standing, UsageEvent};
 
@@ -42,6 +45,24 @@ pub async fn handle(State(state): State<AppState>, request: Request) -> Response
         quota_headers::apply(response.headers_mut(), &standing, Utc::now());
     }
     response
+}
+
+/// The connection's peer, and whether it is one of `server.trusted_proxies`.
+fn peer_of(state: &AppState, request: &Request) -> headers::Peer {
+    // An IPv4 client of a dual-stack listener shows as `::ffff:a.b.c.d`.
+    let ip = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_canonical());
+    let trusted = ip.is_some_and(|ip| {
+        state
+            .config
+            .server
+            .trusted_proxies
+            .iter()
+            .any(|net| net.contains(&ip))
+    });
+    headers::Peer { ip, trusted }
 }
 
 async fn forward(
@@ -107,10 +128,7 @@ async fn forward(
         return Err(ApiError::Throttled);
     }
 
-    let client_ip = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
+    let peer = peer_of(state, &request);
     let (parts, body) = request.into_parts();
     let path_and_query = parts
         .uri
@@ -126,7 +144,7 @@ async fn forward(
         &upstream.key_header,
         upstream.shared_secret.as_ref(),
         &request_id.header_value(),
-        client_ip,
+        peer,
     );
 
     let started = Instant::now();
@@ -143,8 +161,13 @@ async fn forward(
             );
             return Err(ApiError::UpstreamTimeout);
         }
-        // A connect timeout is a connect error (502), not a slow answer.
         Ok(Err(e)) => {
+            // The client's body failed (malformed, stalled): the client's fault, not
+            // the upstream's; nothing was answered, so nothing is consumed.
+            if let Some(fault) = RequestBodyError::find(&e) {
+                return Err(client_body_fault(fault));
+            }
+            // A connect timeout is a connect error (502), not a slow answer.
             metrics::counter!("tollgate_upstream_errors_total", "kind" => "unreachable")
                 .increment(1);
             tracing::warn!(error = %crate::error::anyhow_chain(&e), "upstream unreachable");
@@ -175,4 +198,23 @@ async fn forward(
     response.version = Version::HTTP_11;
     response.extensions = Default::default();
     Ok(Response::from_parts(response, Body::new(body)))
+}
+
+/// Counts and logs (rate-limited: any client can cause it) a request body the
+/// client failed to deliver, and names the answer.
+fn client_body_fault(fault: &RequestBodyError) -> ApiError {
+    static LOG: LazyLock<RateLimitedLog> = LazyLock::new(RateLimitedLog::default);
+    let kind = match fault {
+        RequestBodyError::Stalled(_) => "body_stalled",
+        RequestBodyError::Broken(_) => "body_malformed",
+    };
+    metrics::counter!("tollgate_client_errors_total", "kind" => kind).increment(1);
+    if LOG.allow() {
+        tracing::info!(
+            error = %crate::error::anyhow_chain(fault),
+            suppressed = LOG.take_suppressed(),
+            "request body failed on the client's side"
+        );
+    }
+    ApiError::from_request_body(fault)
 }

@@ -106,4 +106,100 @@ mod tests {
         assert_eq!(prefix_of("/vedic/v10"), None);
         assert_eq!(prefix_of("/admin/v1/x"), None);
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Segments a client might use to climb out, in many spellings, and harmless ones.
+        fn segment() -> impl Strategy<Value = String> {
+            prop_oneof![
+                4 => prop::sample::select(vec![
+                    ".", "..", "%2e", "%2E", "%2e%2e", "%2E%2e", ".%2e", "%2e.", "%252e",
+                    "%252e%252e", "%25252e%25252e", "%2525252e%2525252e", "..;x", "%2e%2e;a=b",
+                    "..%2f", "..%2F", "%2f", "%252f", "%5c", "..%5c", "%255c", "\\", "%00",
+                    "%2500", "%", "%2", "%25", "%zz", "%c3%a3", "%ff", "a", "b.json", "v1",
+                    "vedic", "..a", "a..", "...", ";", "%3b",
+                ])
+                .prop_map(str::to_owned),
+                1 => "[a-z0-9.%;\\\\]{0,8}",
+            ]
+        }
+
+        fn path() -> impl Strategy<Value = (String, &'static str)> {
+            (
+                prop::sample::select(vec!["/vedic/v1/", "/western/v1/"]),
+                prop::collection::vec(segment(), 0..8),
+                prop::sample::select(vec!["/", "%2f", "%252f"]),
+            )
+                .prop_map(|(prefix, segments, separator)| {
+                    (format!("{prefix}{}", segments.join(separator)), prefix)
+                })
+        }
+
+        /// Whether `path`, read the way a lenient server might (backslashes as slashes,
+        /// `;` parameters dropped, dot segments resolved), ends up outside `prefix`.
+        fn escapes(path: &str, prefix: &str) -> bool {
+            let normalised = path.replace('\\', "/");
+            let Some(rest) = normalised.strip_prefix(prefix) else {
+                return true;
+            };
+            let mut depth: i64 = 0;
+            for segment in rest.split('/') {
+                match segment.split(';').next().unwrap_or_default() {
+                    ".." => depth -= 1,
+                    "." | "" => {}
+                    _ => depth += 1,
+                }
+                if depth < 0 {
+                    return true;
+                }
+            }
+            false
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+            #[test]
+            fn a_contained_path_never_decodes_to_one_that_escapes((path, prefix) in path()) {
+                if !is_contained(&path) {
+                    return Ok(());
+                }
+                let mut current = path.clone();
+                for depth in 0..8 {
+                    prop_assert!(!escapes(&current, prefix), "{path} escapes at depth {depth}: {current}");
+                    prop_assert!(!current.contains('\0'), "{path} holds a NUL at depth {depth}");
+                    current = percent_decode_str(&current).decode_utf8_lossy().into_owned();
+                }
+            }
+
+            #[test]
+            fn an_escaping_spelling_is_never_contained((path, prefix) in path()) {
+                let mut current = path.clone();
+                let mut escaping = false;
+                for _ in 0..=DECODE_ROUNDS {
+                    escaping |= escapes(&current, prefix);
+                    current = percent_decode_str(&current).decode_utf8_lossy().into_owned();
+                }
+                if escaping {
+                    prop_assert!(!is_contained(&path), "{path}");
+                }
+            }
+
+            #[test]
+            fn a_path_is_proxied_exactly_when_it_starts_with_a_prefix_segment_pair(
+                path in "(/(vedic|western|v1|v10|x|%2f|)){0,4}/?",
+            ) {
+                let mut segments = path.split('/');
+                let expected = segments.next() == Some("")
+                    && matches!(segments.next(), Some("vedic" | "western"))
+                    && segments.next() == Some("v1");
+                prop_assert_eq!(prefix_of(&path).is_some(), expected, "{}", path);
+                if let Some(prefix) = prefix_of(&path) {
+                    prop_assert!(path.starts_with(prefix.trim_end_matches('/')));
+                }
+            }
+        }
+    }
 }

@@ -11,5 +11,6 @@ mod config;
 mod key_cache;
 mod plans;
 mod proxy;
+mod server;
 mod throttle;
 mod usage;
