@@ -13,6 +13,7 @@
 pub mod account;
 pub mod admin;
 pub mod auth;
+pub mod client_ip;
 pub mod cloudflare;
 pub mod config;
 pub mod db;

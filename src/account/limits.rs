@@ -32,6 +32,7 @@ use governor::{Quota, RateLimiter};
 
 use crate::config::AccountConfig;
 use crate::error::ApiError;
+use crate::state::AppState;
 use crate::telemetry::RateLimitedLog;
 
 /// Most keys one limit holds.
@@ -102,17 +103,24 @@ impl<C: Clock + Clone> AccountLimits<C> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientIp(pub IpAddr);
 
-impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
+impl FromRequestParts<AppState> for ClientIp {
     type Rejection = std::convert::Infallible;
 
-    /// A router served without connect info (no peer known) counts as `0.0.0.0`.
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(ClientIp(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |peer| peer.0.ip()),
-        ))
+    /// The peer, or behind `server.trusted_proxies` the client they forwarded for. A
+    /// router served without connect info (no peer known) counts as `0.0.0.0`.
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |peer| peer.0.ip());
+        Ok(ClientIp(crate::client_ip::client_ip(
+            peer,
+            &parts.headers,
+            &state.config.server.trusted_proxies,
+        )))
     }
 }
 
