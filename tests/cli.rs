@@ -1,13 +1,55 @@
-//! The command line as an operator meets it: the demo script refusing busy ports.
+//! The command line as an operator meets it: the demo script refusing busy ports, and
+//! configuration and start-up errors printed as one line naming their source, once.
 
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-fn stderr_of(out: &std::process::Output) -> String {
+/// Runs the built binary with an empty config folder (unless `env` names another) and
+/// only the given `TOLLGATE*` variables.
+fn tollgate(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    tollgate_in(
+        dir.path(),
+        args,
+        &[("TOLLGATE_CONFIG_DIR", dir.path().to_str().unwrap())],
+        env,
+    )
+}
+
+fn tollgate_in(cwd: &Path, args: &[&str], base: &[(&str, &str)], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.args(args).current_dir(cwd).env_remove("RUST_LOG");
+    for (name, _) in std::env::vars() {
+        if name.to_ascii_uppercase().starts_with("TOLLGATE") {
+            cmd.env_remove(name);
+        }
+    }
+    for (k, v) in base.iter().chain(env) {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn stderr_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts one non-empty line on stderr, free of figment and Rust internals; returns it.
+fn one_clean_line(out: &Output) -> String {
+    assert!(!out.status.success(), "expected a failure: {out:?}");
+    let err = stderr_of(out);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "stderr: {err}");
+    let line = lines[0].to_owned();
+    assert!(line.starts_with("tollgate: "), "{line}");
+    for internal in ["src/", "alloc::", ".rs:", "default.server"] {
+        assert!(!line.contains(internal), "{internal} in: {line}");
+    }
+    line
 }
 
 fn free_addr() -> String {
@@ -60,4 +102,53 @@ fn demo_refuses_a_busy_gateway_address_before_building_anything() {
         "took {took:?}: it went on past the check"
     );
     drop(busy);
+}
+
+#[test]
+fn an_unknown_key_from_the_environment_names_the_variable() {
+    let out = tollgate(&["migrate"], &[("TOLLGATE__SERVER__LISTN", "1")]);
+    let line = one_clean_line(&out);
+    assert!(line.contains("TOLLGATE__SERVER__LISTN"), "{line}");
+    assert!(line.contains("server.listn"), "{line}");
+}
+
+#[test]
+fn a_bad_value_from_the_environment_names_the_variable() {
+    let out = tollgate(
+        &["migrate"],
+        &[("TOLLGATE__SERVER__SHUTDOWN_GRACE_MS", "soon")],
+    );
+    let line = one_clean_line(&out);
+    assert!(
+        line.contains("TOLLGATE__SERVER__SHUTDOWN_GRACE_MS"),
+        "{line}"
+    );
+    assert!(line.contains("soon"), "{line}");
+}
+
+#[test]
+fn an_unknown_key_in_a_config_file_names_the_file_and_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("extra.toml");
+    std::fs::write(&file, "[server]\nlistn = 1\n").unwrap();
+    let out = tollgate(&["--config", file.to_str().unwrap(), "migrate"], &[]);
+    let line = one_clean_line(&out);
+    assert!(
+        line.contains(&format!("{}: unknown key server.listn", file.display())),
+        "{line}"
+    );
+
+    // The default folder, named as the operator knows it.
+    std::fs::create_dir(dir.path().join("config")).unwrap();
+    std::fs::write(
+        dir.path().join("config/default.toml"),
+        "[server]\nlistn = 1\n",
+    )
+    .unwrap();
+    let out = tollgate_in(dir.path(), &["migrate"], &[], &[]);
+    let line = one_clean_line(&out);
+    assert!(
+        line.contains("config/default.toml: unknown key server.listn"),
+        "{line}"
+    );
 }

@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use figment::Figment;
+use figment::error::Kind;
 use figment::providers::{Format, Serialized, Toml};
+use figment::value::{Dict, Map};
+use figment::{Figment, Metadata, Profile, Provider, Source};
 use secrecy::ExposeSecret;
 use serde::Deserialize;
 
@@ -91,13 +93,13 @@ impl Config {
                     "environment variable {name} is not of the form TOLLGATE__<SECTION>__<KEY>"
                 )));
             }
-            // Kept as text: typed fields parse it (see `lenient`), text fields keep
-            // it exactly (a secret like "0123" or "true" stays as written).
-            figment = figment.merge(Serialized::default(&path.join("."), value));
+            figment = figment.merge(EnvVar {
+                name: name.clone(),
+                key: path.join("."),
+                value: value.clone(),
+            });
         }
-        let mut config: Config = figment
-            .extract()
-            .map_err(|e| ConfigError(one_line(&e.to_string())))?;
+        let mut config: Config = figment.extract().map_err(describe)?;
         config.profile = sources.profile.clone();
         // An empty token (e.g. `TOLLGATE__ADMIN__TOKEN=`) means no admin API.
         if config
@@ -201,16 +203,77 @@ where
     }
 }
 
+/// One `TOLLGATE__<SECTION>__<KEY>` variable as a layer of its own, so that an error in
+/// its value names the variable.
+struct EnvVar {
+    name: String,
+    key: String,
+    value: String,
+}
+
+impl Provider for EnvVar {
+    fn metadata(&self) -> Metadata {
+        Metadata::from(
+            "environment variable",
+            Source::Custom(format!("environment variable {}", self.name)),
+        )
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        // Kept as text: typed fields parse it (see `lenient`), text fields keep it
+        // exactly (a secret like "0123" or "true" stays as written).
+        Serialized::default(&self.key, &self.value).data()
+    }
+}
+
+/// Figment's errors as one line per problem: where the value came from (the file as
+/// named, or the environment variable), the key, and what is wrong with it.
+fn describe(errors: figment::Error) -> ConfigError {
+    let lines: Vec<String> = errors
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let what = match &e.kind {
+                Kind::UnknownField(field, known) => {
+                    let key = if key.is_empty() { field.clone() } else { key };
+                    format!("unknown key {key} (known: {})", known.join(", "))
+                }
+                Kind::UnknownVariant(value, known) => {
+                    format!(
+                        "{key}: unknown value `{value}` (known: {})",
+                        known.join(", ")
+                    )
+                }
+                kind if key.is_empty() => one_line(&kind.to_string()),
+                kind => format!("{key}: {}", one_line(&kind.to_string())),
+            };
+            match e.metadata.as_ref().and_then(|m| m.source.as_ref()) {
+                Some(Source::File(path)) => format!("{}: {what}", path.display()),
+                Some(Source::Custom(origin)) => format!("{origin}: {what}"),
+                _ => what,
+            }
+        })
+        .collect();
+    ConfigError(lines.join("; "))
+}
+
 fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     let head = name.get(..prefix.len())?;
     head.eq_ignore_ascii_case(prefix)
         .then(|| &name[prefix.len()..])
 }
 
+/// Joins the lines of `text`, leaving out the source excerpts of a TOML parse error
+/// (`1 | [server`, `  |        ^`).
 fn one_line(text: &str) -> String {
+    let excerpt = |l: &str| {
+        l.trim_start_matches(|c: char| c.is_ascii_digit())
+            .trim_start()
+            .starts_with('|')
+    };
     text.lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty())
+        .filter(|l| !l.is_empty() && !excerpt(l))
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -234,5 +297,11 @@ mod tests {
     #[test]
     fn multi_line_errors_become_one_line() {
         assert_eq!(one_line("a\n  b\n\n"), "a; b");
+        assert_eq!(
+            one_line(
+                "TOML parse error at line 1, column 8\n  |\n1 | [server\n  |        ^\ninvalid table header\n"
+            ),
+            "TOML parse error at line 1, column 8; invalid table header"
+        );
     }
 }
