@@ -152,3 +152,37 @@ fn an_unknown_key_in_a_config_file_names_the_file_and_the_key() {
         "{line}"
     );
 }
+
+#[test]
+fn a_missing_config_folder_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nonexistent");
+    let out = tollgate_in(
+        dir.path(),
+        &["migrate"],
+        &[("TOLLGATE_CONFIG_DIR", missing.to_str().unwrap())],
+        &[(
+            "TOLLGATE__DATABASE__URL",
+            "postgres://postgres@127.0.0.1:1/x",
+        )],
+    );
+    let line = one_clean_line(&out);
+    assert!(line.contains(missing.to_str().unwrap()), "{line}");
+    assert!(
+        !line.contains("database"),
+        "went on to the database: {line}"
+    );
+
+    // The default ./config may be absent: configuration by environment alone.
+    let out = tollgate_in(
+        dir.path(),
+        &["migrate"],
+        &[],
+        &[(
+            "TOLLGATE__DATABASE__URL",
+            "postgres://postgres@127.0.0.1:1/x",
+        )],
+    );
+    let line = one_clean_line(&out);
+    assert!(line.contains("cannot reach the database"), "{line}");
+}

@@ -1,6 +1,6 @@
 //! Loading the layers: files, profile, `--config`, environment; then validation.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use figment::error::Kind;
@@ -20,7 +20,8 @@ pub struct ConfigError(String);
 /// The inputs of [`Config::load`], separate from the process so tests can vary them.
 #[derive(Debug, Clone, Default)]
 pub struct Sources {
-    /// Folder holding `default.toml` and `<profile>.toml`.
+    /// Folder holding `default.toml` and `<profile>.toml`. It must exist unless it is
+    /// the default [`DEFAULT_DIR`] (a deployment configured by environment alone).
     pub dir: PathBuf,
     pub profile: Option<String>,
     /// The `--config FILE` layer.
@@ -36,7 +37,9 @@ impl Sources {
         let env: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
-        let dir = lookup(&env, "TOLLGATE_CONFIG_DIR").unwrap_or_else(|| "config".into());
+        let dir = lookup(&env, "TOLLGATE_CONFIG_DIR")
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| DEFAULT_DIR.into());
         let profile = lookup(&env, "TOLLGATE_PROFILE").filter(|p| !p.is_empty());
         Self {
             dir: dir.into(),
@@ -47,6 +50,9 @@ impl Sources {
     }
 }
 
+/// The config folder when `TOLLGATE_CONFIG_DIR` names none; the only one that may be absent.
+pub const DEFAULT_DIR: &str = "config";
+
 fn lookup(env: &[(String, String)], name: &str) -> Option<String> {
     env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
 }
@@ -56,6 +62,17 @@ const ENV_PREFIX: &str = "TOLLGATE__";
 impl Config {
     /// Merges every layer and validates the result.
     pub fn load(sources: &Sources) -> Result<Self, ConfigError> {
+        if sources.dir != Path::new(DEFAULT_DIR) && !sources.dir.is_dir() {
+            let why = if sources.dir.exists() {
+                "is not a folder"
+            } else {
+                "does not exist"
+            };
+            return Err(ConfigError(format!(
+                "config folder {} (TOLLGATE_CONFIG_DIR) {why}",
+                sources.dir.display()
+            )));
+        }
         let mut figment = Figment::new();
         let default_file = sources.dir.join("default.toml");
         if default_file.exists() {
@@ -292,6 +309,23 @@ mod tests {
             strip_prefix_ignore_case("TOLLGATE_PROFILE", ENV_PREFIX),
             None
         );
+    }
+
+    #[test]
+    fn a_named_config_folder_must_exist() {
+        let missing = Sources {
+            dir: "/nonexistent/tollgate-config".into(),
+            ..Default::default()
+        };
+        let err = Config::load(&missing).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/tollgate-config"), "{err}");
+        // Only the default, as named (relative), may be absent; tests/cli.rs runs it so.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let default = Sources {
+            dir: elsewhere.path().join(DEFAULT_DIR),
+            ..Default::default()
+        };
+        assert!(Config::load(&default).is_err());
     }
 
     #[test]
