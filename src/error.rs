@@ -174,13 +174,20 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Renders an error with its whole `source()` chain.
+/// Renders an error with its whole `source()` chain, `outer: cause: root`. A cause whose
+/// text the previous one already shows (`sqlx::Error::Io` displays its `io::Error`, a
+/// `thiserror` variant its `#[from]` source) is not repeated.
 pub fn anyhow_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
+    let mut previous = err.to_string();
+    let mut out = previous.clone();
     let mut source = err.source();
     while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
+        let text = cause.to_string();
+        if !previous.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        previous = text;
         source = cause.source();
     }
     out
@@ -200,3 +207,28 @@ pub struct QueryParams<T>(pub T);
 #[derive(Debug, Clone, Copy, Default, axum::extract::FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct PathParams<T>(pub T);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Shows(#[source] std::io::Error);
+
+    #[test]
+    fn a_cause_already_shown_by_the_previous_one_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let err = anyhow::Error::new(Shows(io)).context("cannot reach the database");
+        assert_eq!(
+            anyhow_chain(err.as_ref()),
+            "cannot reach the database: refused"
+        );
+    }
+
+    #[test]
+    fn distinct_causes_are_all_shown() {
+        let err = anyhow::anyhow!("root").context("middle").context("outer");
+        assert_eq!(anyhow_chain(err.as_ref()), "outer: middle: root");
+    }
+}

@@ -186,3 +186,39 @@ fn a_missing_config_folder_is_an_error_naming_it() {
     let line = one_clean_line(&out);
     assert!(line.contains("cannot reach the database"), "{line}");
 }
+
+#[test]
+fn an_unreachable_database_is_reported_once_without_repeated_causes() {
+    let out = tollgate(
+        &["migrate"],
+        &[(
+            "TOLLGATE__DATABASE__URL",
+            "postgres://postgres@127.0.0.1:1/x",
+        )],
+    );
+    let line = one_clean_line(&out);
+    assert_eq!(line.matches("Connection refused").count(), 1, "{line}");
+}
+
+#[test]
+fn serve_reports_a_fatal_error_once_even_with_logs_on() {
+    let out = tollgate(
+        &["serve"],
+        &[
+            (
+                "TOLLGATE__DATABASE__URL",
+                "postgres://postgres@127.0.0.1:1/x",
+            ),
+            ("TOLLGATE__UPSTREAM__SHARED_SECRET", "s"),
+            ("TOLLGATE__SERVER__LISTEN", "127.0.0.1:0"),
+            ("TOLLGATE__SERVER__METRICS_LISTEN", "127.0.0.1:0"),
+        ],
+    );
+    let line = one_clean_line(&out);
+    assert_eq!(line.matches("Connection refused").count(), 1, "{line}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("Connection refused"),
+        "the fatal error is also in the log: {stdout}"
+    );
+}
