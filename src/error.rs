@@ -23,6 +23,10 @@ pub enum ApiError {
     InvalidApiKey,
     #[error("unauthorized")]
     Unauthorized,
+    /// A route that takes a session or an API key got neither valid; holds the
+    /// configured key header, to name it in the message.
+    #[error("unauthorized: no valid session or API key")]
+    SessionOrKeyRequired(String),
     #[error("invalid credentials")]
     InvalidCredentials,
     #[error("request throttled")]
@@ -62,7 +66,7 @@ impl ApiError {
         use ApiError::*;
         match self {
             InvalidApiKey => (StatusCode::UNAUTHORIZED, "INVALID_API_KEY"),
-            Unauthorized => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"),
+            Unauthorized | SessionOrKeyRequired(_) => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"),
             InvalidCredentials => (StatusCode::UNAUTHORIZED, "INVALID_CREDENTIALS"),
             Throttled => (StatusCode::TOO_MANY_REQUESTS, "REQUEST_THROTTLED"),
             EmailTaken => (StatusCode::CONFLICT, "EMAIL_TAKEN"),
@@ -88,6 +92,9 @@ impl ApiError {
         match self {
             InvalidApiKey => "Missing, unknown or revoked API key.".into(),
             Unauthorized => "Missing or invalid bearer token.".into(),
+            SessionOrKeyRequired(key_header) => format!(
+                "Send a valid session (Authorization: Bearer <token>) or API key ({key_header})."
+            ),
             InvalidCredentials => "Email or password is wrong.".into(),
             Throttled => "Request throttled. Please try again.".into(),
             EmailTaken => "An account with this email already exists.".into(),

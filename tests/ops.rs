@@ -1,9 +1,9 @@
 //! Operations and the usage route as callers see them: the usage route's `month`
-//! parameter.
+//! parameter and its 401.
 
 mod common;
 
-use common::spawn_app;
+use common::{spawn_app, spawn_app_with};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -61,4 +61,53 @@ async fn usage_months_outside_1970_01_to_9999_11_or_malformed_are_refused_with_t
         ))
         .await;
     assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+#[tokio::test]
+async fn the_usage_route_401_says_it_takes_a_session_or_an_api_key() {
+    let app = spawn_app_with(|c| c.upstream.key_header = "x-customer-key".into()).await;
+    let customer = app.signup().await;
+    let token = app.login(&customer).await;
+    let res = app
+        .client
+        .delete(app.url(&format!("/account/v1/keys/{}", customer.key_id)))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+
+    let revoked_key = app
+        .client
+        .get(app.url("/account/v1/usage"))
+        .header("x-customer-key", &customer.api_key)
+        .send()
+        .await
+        .unwrap();
+    let nothing = app
+        .client
+        .get(app.url("/account/v1/usage"))
+        .send()
+        .await
+        .unwrap();
+    let bad_session = app
+        .client
+        .get(app.url("/account/v1/usage"))
+        .bearer_auth("tgs_not-a-session")
+        .send()
+        .await
+        .unwrap();
+    for res in [revoked_key, nothing, bad_session] {
+        let (status, code, message) = refusal(res).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (StatusCode::UNAUTHORIZED, "UNAUTHORIZED")
+        );
+        assert!(message.contains("Authorization: Bearer"), "{message}");
+        assert!(message.contains("x-customer-key"), "{message}");
+        assert!(
+            !message.contains("Missing or invalid bearer token"),
+            "{message}"
+        );
+    }
 }
