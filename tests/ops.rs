@@ -1,11 +1,15 @@
-//! Operations and the usage route as callers see them: the usage route's `month`
-//! parameter and its 401.
+//! Operations and the usage route as callers see them: `/readyz` while migrations are
+//! pending, the usage route's `month` parameter and its 401.
 
 mod common;
 
-use common::{spawn_app, spawn_app_with};
+use std::sync::Arc;
+
+use common::{TestDb, spawn_app, spawn_app_with, spawn_with_pool, test_config};
 use reqwest::StatusCode;
+use secrecy::SecretString;
 use serde_json::Value;
+use tollgate::testkit::upstream::UpstreamServer;
 
 /// Status, code and message of an error answer.
 async fn refusal(res: reqwest::Response) -> (StatusCode, String, String) {
@@ -110,4 +114,40 @@ async fn the_usage_route_401_says_it_takes_a_session_or_an_api_key() {
             "{message}"
         );
     }
+}
+
+#[tokio::test]
+async fn readyz_is_503_until_every_migration_is_applied() {
+    let db = Arc::new(TestDb::migrated_to(Some(3)).await);
+    let upstream = Arc::new(UpstreamServer::start().await.unwrap());
+    let mut config = test_config(&db, &upstream);
+    config.database.migrate_on_start = false;
+    let app = spawn_with_pool(db.clone(), upstream, config, db.pool.clone()).await;
+    let readyz = || app.client.get(app.url("/readyz")).send();
+
+    let (status, code, message) = refusal(readyz().await.unwrap()).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE")
+    );
+    assert!(message.contains("migration"), "{message}");
+
+    // A database refinery never ran on has no history table at all.
+    let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
+    sqlx::query(&rename("refinery_schema_history", "history_aside"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (status, _, message) = refusal(readyz().await.unwrap()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{message}");
+    sqlx::query(&rename("history_aside", "refinery_schema_history"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    tollgate::db::migrate(&SecretString::from(db.url.clone()))
+        .await
+        .unwrap();
+    assert_eq!(readyz().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(readyz().await.unwrap().status(), StatusCode::OK);
 }
