@@ -1,5 +1,6 @@
 //! Operations and the usage route as callers see them: `/readyz` while migrations are
-//! pending, the usage route's `month` parameter and its 401.
+//! pending, `/openapi.json` with and without the admin API, the usage route's `month`
+//! parameter and its 401.
 
 mod common;
 
@@ -150,4 +151,51 @@ async fn readyz_is_503_until_every_migration_is_applied() {
         .unwrap();
     assert_eq!(readyz().await.unwrap().status(), StatusCode::OK);
     assert_eq!(readyz().await.unwrap().status(), StatusCode::OK);
+}
+
+/// Paths and security schemes of the served OpenAPI document.
+async fn openapi_of(app: &common::TestApp) -> (Vec<String>, Vec<String>, Value) {
+    let doc: Value = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let keys = |v: &Value| -> Vec<String> {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    (
+        keys(&doc["paths"]),
+        keys(&doc["components"]["securitySchemes"]),
+        doc,
+    )
+}
+
+#[tokio::test]
+async fn openapi_lists_the_admin_api_only_when_it_is_on() {
+    let on = spawn_app().await;
+    let (paths, schemes, doc) = openapi_of(&on).await;
+    assert!(
+        paths.contains(&"/admin/v1/reconcile".to_owned()),
+        "{paths:?}"
+    );
+    assert!(schemes.contains(&"admin".to_owned()), "{schemes:?}");
+    assert!(doc.to_string().contains("SubscriptionRequest"));
+
+    let off = spawn_app_with(|c| c.admin.token = None).await;
+    let (paths, schemes, doc) = openapi_of(&off).await;
+    assert!(paths.contains(&"/account/v1/usage".to_owned()), "{paths:?}");
+    assert!(!paths.iter().any(|p| p.starts_with("/admin/")), "{paths:?}");
+    assert!(!schemes.contains(&"admin".to_owned()), "{schemes:?}");
+    assert!(schemes.contains(&"session".to_owned()), "{schemes:?}");
+    let text = doc.to_string();
+    assert!(
+        !text.contains("SubscriptionRequest"),
+        "admin schemas left in"
+    );
 }
