@@ -22,7 +22,31 @@ done
 GATEWAY_ADDR=${TOLLGATE_DEMO_ADDR:-127.0.0.1:8080}
 UPSTREAM_ADDR=${TOLLGATE_DEMO_UPSTREAM:-127.0.0.1:9000}
 METRICS_ADDR=${TOLLGATE_DEMO_METRICS:-127.0.0.1:9090}
-ADMIN_TOKEN=demo-admin-token
+
+# Before anything else (PostgreSQL, the build, the logs): a demo already running, or any
+# other server, on one of our addresses would answer in place of ours.
+address_in_use() {
+    local host=${1%:*} port=${1##*:}
+    host=${host#[}
+    host=${host%]}
+    [ "$host" = 0.0.0.0 ] && host=127.0.0.1
+    [ "$host" = :: ] && host=::1
+    (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
+}
+for spec in "TOLLGATE_DEMO_ADDR=$GATEWAY_ADDR" "TOLLGATE_DEMO_UPSTREAM=$UPSTREAM_ADDR" \
+    "TOLLGATE_DEMO_METRICS=$METRICS_ADDR"; do
+    var=${spec%%=*} addr=${spec#*=}
+    if ! [[ "$addr" =~ ^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]+$ ]]; then
+        echo "demo: $var=$addr is not HOST:PORT" >&2
+        exit 1
+    fi
+    if address_in_use "$addr"; then
+        echo "demo: $addr is already in use (a demo already running?); set $var to a free address" >&2
+        exit 1
+    fi
+done
+
+ADMIN_TOKEN=${TOLLGATE_DEMO_ADMIN_TOKEN:-demo-admin-token}
 LOG_DIR=.tollgate/demo
 mkdir -p "$LOG_DIR"
 
@@ -40,7 +64,8 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 target/debug/examples/demo_upstream "$UPSTREAM_ADDR" >"$LOG_DIR/upstream.log" 2>&1 &
-PIDS+=($!)
+UPSTREAM_PID=$!
+PIDS+=("$UPSTREAM_PID")
 
 export TOLLGATE__DATABASE__URL="postgres://postgres@127.0.0.1:${PGPORT:-5432}/tollgate_demo"
 export TOLLGATE__SERVER__LISTEN="$GATEWAY_ADDR"
@@ -53,17 +78,34 @@ if [ "$MODE" = local ]; then export TOLLGATE_PROFILE=local; fi
 
 target/debug/tollgate migrate
 target/debug/tollgate serve >"$LOG_DIR/gateway.log" 2>&1 &
-PIDS+=($!)
+GATEWAY_PID=$!
+PIDS+=("$GATEWAY_PID")
 
+# Ours: the address was free when the demo started, and our gateway is still alive
+# (one that failed to bind exits, and the loop below reports it).
+ours_and_ready() {
+    kill -0 "$GATEWAY_PID" 2>/dev/null &&
+        curl -fsS --max-time 2 "http://$GATEWAY_ADDR/readyz" >/dev/null 2>&1
+}
+exited() {
+    echo "error: the $1 exited during start-up; see $2:" >&2
+    tail -n 5 "$2" >&2
+    exit 1
+}
+READY=0
 for _ in $(seq 1 100); do
-    curl -fsS "http://$GATEWAY_ADDR/readyz" >/dev/null 2>&1 && break
-    if ! kill -0 "${PIDS[1]}" 2>/dev/null; then
-        echo "error: the gateway exited; see $LOG_DIR/gateway.log:" >&2
-        tail -n 5 "$LOG_DIR/gateway.log" >&2
-        exit 1
+    kill -0 "$GATEWAY_PID" 2>/dev/null || exited gateway "$LOG_DIR/gateway.log"
+    kill -0 "$UPSTREAM_PID" 2>/dev/null || exited "demo upstream" "$LOG_DIR/upstream.log"
+    if ours_and_ready; then
+        READY=1
+        break
     fi
     sleep 0.2
 done
+if [ "$READY" != 1 ]; then
+    echo "error: the gateway on $GATEWAY_ADDR did not become ready; see $LOG_DIR/gateway.log" >&2
+    exit 1
+fi
 
 EMAIL="demo-$(date +%s)-$$@example.com"
 SIGNUP=$(curl -fsS -X POST "http://$GATEWAY_ADDR/account/v1/signup" \

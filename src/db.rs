@@ -170,6 +170,31 @@ pub fn is_lock_timeout(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03"))
 }
 
+/// Version of the newest migration shipped in this binary.
+pub fn latest_migration_version() -> i64 {
+    embedded::migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|m| i64::from(m.version()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Version of the newest migration applied to the database; 0 when none ever was.
+pub async fn applied_migration_version(db: &PgPool) -> Result<i64, sqlx::Error> {
+    let applied = sqlx::query_scalar::<_, Option<i64>>(
+        "SELECT max(version)::int8 FROM refinery_schema_history",
+    )
+    .fetch_one(db)
+    .await;
+    match applied {
+        Ok(version) => Ok(version.unwrap_or(0)),
+        // undefined_table: refinery never ran here.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
 /// Names of every migration shipped in this binary, `V<n>__<name>`.
 pub fn shipped_migrations() -> Vec<String> {
     embedded::migrations::runner()

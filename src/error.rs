@@ -25,6 +25,10 @@ pub enum ApiError {
     InvalidApiKey,
     #[error("unauthorized")]
     Unauthorized,
+    /// A route that takes a session or an API key got neither valid; holds the
+    /// configured key header, to name it in the message.
+    #[error("unauthorized: no valid session or API key")]
+    SessionOrKeyRequired(String),
     #[error("invalid credentials")]
     InvalidCredentials,
     #[error("request throttled")]
@@ -81,7 +85,7 @@ impl ApiError {
         use ApiError::*;
         match self {
             InvalidApiKey => (StatusCode::UNAUTHORIZED, "INVALID_API_KEY"),
-            Unauthorized => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"),
+            Unauthorized | SessionOrKeyRequired(_) => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"),
             InvalidCredentials => (StatusCode::UNAUTHORIZED, "INVALID_CREDENTIALS"),
             Throttled => (StatusCode::TOO_MANY_REQUESTS, "REQUEST_THROTTLED"),
             QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "QUOTA_EXCEEDED"),
@@ -125,6 +129,9 @@ impl ApiError {
         match self {
             InvalidApiKey => "Missing, unknown or revoked API key.".into(),
             Unauthorized => "Missing or invalid bearer token.".into(),
+            SessionOrKeyRequired(key_header) => format!(
+                "Send a valid session (Authorization: Bearer <token>) or API key ({key_header})."
+            ),
             InvalidCredentials => "Email or password is wrong.".into(),
             Throttled => "Request throttled. Please try again.".into(),
             QuotaExceeded { .. } => "Quota exceeded for this period.".into(),
@@ -238,13 +245,20 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Renders an error with its whole `source()` chain.
+/// Renders an error with its whole `source()` chain, `outer: cause: root`. A cause whose
+/// text the previous one already shows (`sqlx::Error::Io` displays its `io::Error`, a
+/// `thiserror` variant its `#[from]` source) is not repeated.
 pub fn anyhow_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
+    let mut previous = err.to_string();
+    let mut out = previous.clone();
     let mut source = err.source();
     while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
+        let text = cause.to_string();
+        if !previous.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        previous = text;
         source = cause.source();
     }
     out
@@ -264,3 +278,28 @@ pub struct QueryParams<T>(pub T);
 #[derive(Debug, Clone, Copy, Default, axum::extract::FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct PathParams<T>(pub T);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Shows(#[source] std::io::Error);
+
+    #[test]
+    fn a_cause_already_shown_by_the_previous_one_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let err = anyhow::Error::new(Shows(io)).context("cannot reach the database");
+        assert_eq!(
+            anyhow_chain(err.as_ref()),
+            "cannot reach the database: refused"
+        );
+    }
+
+    #[test]
+    fn distinct_causes_are_all_shown() {
+        let err = anyhow::anyhow!("root").context("middle").context("outer");
+        assert_eq!(anyhow_chain(err.as_ref()), "outer: middle: root");
+    }
+}

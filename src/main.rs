@@ -47,8 +47,9 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let line = format!("{e:#}").replace('\n', " ");
-            tracing::error!("{line}");
+            // Once, on stderr: the log may go to the same terminal or file, so the
+            // fatal line is not logged as well.
+            let line = tollgate::error::anyhow_chain(e.as_ref()).replace('\n', " ");
             eprintln!("tollgate: {line}");
             ExitCode::FAILURE
         }

@@ -87,23 +87,52 @@ impl fmt::Display for Month {
     }
 }
 
-/// `month` is not of the form `YYYY-MM`.
-#[derive(Debug, thiserror::Error)]
-#[error("month must be YYYY-MM")]
-pub struct ParseMonthError;
+/// Why a `month` parameter was refused; the text is shown to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ParseMonthError {
+    #[error("month must be YYYY-MM")]
+    Format,
+    #[error("month {0:02} is not 01–12")]
+    MonthOfYear(u32),
+    #[error("month must be between {} and {}", Month::EARLIEST, Month::LATEST)]
+    OutOfRange,
+}
+
+impl Month {
+    /// The first month a parameter may name: marker keys count Unix seconds from here.
+    pub const EARLIEST: Month = Month {
+        year: 1970,
+        month: 1,
+    };
+    /// The last month a parameter may name: its end, 10000-01-01, has no RFC 3339 form.
+    pub const LATEST: Month = Month {
+        year: 9999,
+        month: 11,
+    };
+}
 
 impl FromStr for Month {
     type Err = ParseMonthError;
 
+    /// `YYYY-MM` exactly (no sign, no spaces, two-digit month) within
+    /// [`EARLIEST`](Month::EARLIEST)..=[`LATEST`](Month::LATEST).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (y, m) = s.split_once('-').ok_or(ParseMonthError)?;
+        use ParseMonthError::*;
+        let (y, m) = s.split_once('-').ok_or(Format)?;
         if y.len() != 4 || m.len() != 2 || !(y.bytes().chain(m.bytes())).all(|b| b.is_ascii_digit())
         {
-            return Err(ParseMonthError);
+            return Err(Format);
         }
-        let year = y.parse().map_err(|_| ParseMonthError)?;
-        let month = m.parse().map_err(|_| ParseMonthError)?;
-        Month::new(year, month).ok_or(ParseMonthError)
+        let year = y.parse().map_err(|_| Format)?;
+        let month = m.parse().map_err(|_| Format)?;
+        if !(1..=12).contains(&month) {
+            return Err(MonthOfYear(month));
+        }
+        let parsed = Month::new(year, month).ok_or(OutOfRange)?;
+        if !(Month::EARLIEST..=Month::LATEST).contains(&parsed) {
+            return Err(OutOfRange);
+        }
+        Ok(parsed)
     }
 }
 
@@ -229,6 +258,49 @@ mod tests {
             "2026-13", "2026-00", "26-01", "2026-1", "2026/01", "abcd-ef", "",
         ] {
             assert!(bad.parse::<Month>().is_err(), "{bad}");
+        }
+    }
+
+    fn refusal(text: &str) -> String {
+        text.parse::<Month>().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn months_from_1970_01_to_9999_11_are_accepted() {
+        let first: Month = "1970-01".parse().unwrap();
+        assert_eq!(first.start_unix(), 0);
+        let last: Month = "9999-11".parse().unwrap();
+        assert_eq!(last.end(), at("9999-12-01T00:00:00Z"));
+    }
+
+    #[test]
+    fn months_outside_1970_01_to_9999_11_are_refused_as_out_of_range() {
+        for outside in ["1969-12", "9999-12", "0000-01"] {
+            assert_eq!(
+                refusal(outside),
+                "month must be between 1970-01 and 9999-11",
+                "{outside}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_month_of_year_outside_01_to_12_is_named() {
+        assert_eq!(refusal("2026-13"), "month 13 is not 01–12");
+        assert_eq!(refusal("2026-00"), "month 00 is not 01–12");
+    }
+
+    #[test]
+    fn anything_but_yyyy_mm_is_refused_as_malformed() {
+        for bad in [
+            "2026-1",
+            " 2026-01",
+            "2026-01 ",
+            "+2026-01",
+            "2026-+1",
+            "2026-01-01",
+        ] {
+            assert_eq!(refusal(bad), "month must be YYYY-MM", "{bad:?}");
         }
     }
 

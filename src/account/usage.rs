@@ -14,7 +14,7 @@ use crate::usage::{self, UsageReport};
 
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct MonthQuery {
-    /// `YYYY-MM`; the current UTC month when absent.
+    /// `YYYY-MM`, from 1970-01 to 9999-11; the current UTC month when absent.
     pub month: Option<String>,
 }
 
@@ -24,7 +24,7 @@ pub fn month_or_current(query: &MonthQuery, now: DateTime<Utc>) -> Result<Month,
         None => Ok(Month::containing(now)),
         Some(text) => text
             .parse()
-            .map_err(|_| ApiError::Validation("month must be YYYY-MM".into())),
+            .map_err(|e: crate::month::ParseMonthError| ApiError::Validation(e.to_string())),
     }
 }
 

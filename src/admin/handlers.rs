@@ -155,6 +155,7 @@ pub async fn create_subscription(
         (status = 200, body = UsageReport),
         (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
         (status = 404, description = "ACCOUNT_NOT_FOUND", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
     ))]
 pub async fn account_usage(
     _admin: AdminPrincipal,

@@ -53,23 +53,28 @@ impl FromRequestParts<AppState> for AccountPrincipal {
     type Rejection = ApiError;
 
     /// A bearer session wins when one is sent; otherwise the API key header is tried.
-    /// Like every account route, a bad or missing credential is `UNAUTHORIZED`.
+    /// Like every account route, a bad or missing credential is `UNAUTHORIZED`, here
+    /// with a message naming both credentials the route takes.
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        if bearer(&parts.headers).is_some() {
-            let session = authenticate_session(&state.db, &parts.headers).await?;
-            return Ok(AccountPrincipal {
-                account_id: session.account_id,
-            });
-        }
         let key_header = state.config.upstream.key_header.as_str();
+        let refused = || ApiError::SessionOrKeyRequired(key_header.to_owned());
+        if bearer(&parts.headers).is_some() {
+            return match authenticate_session(&state.db, &parts.headers).await {
+                Ok(session) => Ok(AccountPrincipal {
+                    account_id: session.account_id,
+                }),
+                Err(ApiError::Unauthorized) => Err(refused()),
+                Err(other) => Err(other),
+            };
+        }
         if !parts.headers.contains_key(key_header) {
-            return Err(ApiError::Unauthorized);
+            return Err(refused());
         }
         match authenticate_key(&state.db, &state.keys, &parts.headers, key_header).await {
             Ok(key) => Ok(AccountPrincipal {
                 account_id: key.account_id,
             }),
-            Err(ApiError::InvalidApiKey) => Err(ApiError::Unauthorized),
+            Err(ApiError::InvalidApiKey) => Err(refused()),
             Err(other) => Err(other),
         }
     }

@@ -1,11 +1,13 @@
 //! Loading the layers: files, profile, `--config`, environment; then validation.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use figment::Figment;
+use figment::error::Kind;
 use figment::providers::{Format, Serialized, Toml};
+use figment::value::{Dict, Map};
+use figment::{Figment, Metadata, Profile, Provider, Source};
 use ipnet::IpNet;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
@@ -20,7 +22,8 @@ pub struct ConfigError(String);
 /// The inputs of [`Config::load`], separate from the process so tests can vary them.
 #[derive(Debug, Clone, Default)]
 pub struct Sources {
-    /// Folder holding `default.toml` and `<profile>.toml`.
+    /// Folder holding `default.toml` and `<profile>.toml`. It must exist unless it is
+    /// the default [`DEFAULT_DIR`] (a deployment configured by environment alone).
     pub dir: PathBuf,
     pub profile: Option<String>,
     /// The `--config FILE` layer.
@@ -36,7 +39,9 @@ impl Sources {
         let env: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
-        let dir = lookup(&env, "TOLLGATE_CONFIG_DIR").unwrap_or_else(|| "config".into());
+        let dir = lookup(&env, "TOLLGATE_CONFIG_DIR")
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| DEFAULT_DIR.into());
         let profile = lookup(&env, "TOLLGATE_PROFILE").filter(|p| !p.is_empty());
         Self {
             dir: dir.into(),
@@ -47,6 +52,9 @@ impl Sources {
     }
 }
 
+/// The config folder when `TOLLGATE_CONFIG_DIR` names none; the only one that may be absent.
+pub const DEFAULT_DIR: &str = "config";
+
 fn lookup(env: &[(String, String)], name: &str) -> Option<String> {
     env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
 }
@@ -56,6 +64,17 @@ const ENV_PREFIX: &str = "TOLLGATE__";
 impl Config {
     /// Merges every layer and validates the result.
     pub fn load(sources: &Sources) -> Result<Self, ConfigError> {
+        if sources.dir != Path::new(DEFAULT_DIR) && !sources.dir.is_dir() {
+            let why = if sources.dir.exists() {
+                "is not a folder"
+            } else {
+                "does not exist"
+            };
+            return Err(ConfigError(format!(
+                "config folder {} (TOLLGATE_CONFIG_DIR) {why}",
+                sources.dir.display()
+            )));
+        }
         let mut figment = Figment::new();
         let default_file = sources.dir.join("default.toml");
         if default_file.exists() {
@@ -93,13 +112,13 @@ impl Config {
                     "environment variable {name} is not of the form TOLLGATE__<SECTION>__<KEY>"
                 )));
             }
-            // Kept as text: typed fields parse it (see `lenient`), text fields keep
-            // it exactly (a secret like "0123" or "true" stays as written).
-            figment = figment.merge(Serialized::default(&path.join("."), value));
+            figment = figment.merge(EnvVar {
+                name: name.clone(),
+                key: path.join("."),
+                value: value.clone(),
+            });
         }
-        let mut config: Config = figment
-            .extract()
-            .map_err(|e| ConfigError(one_line(&e.to_string())))?;
+        let mut config: Config = figment.extract().map_err(describe)?;
         config.profile = sources.profile.clone();
         // Surrounding whitespace (a quoted value, a trailing newline from a secret file)
         // could never match a bearer token, which is read trimmed: it is dropped. An
@@ -282,16 +301,77 @@ where
         .collect()
 }
 
+/// One `TOLLGATE__<SECTION>__<KEY>` variable as a layer of its own, so that an error in
+/// its value names the variable.
+struct EnvVar {
+    name: String,
+    key: String,
+    value: String,
+}
+
+impl Provider for EnvVar {
+    fn metadata(&self) -> Metadata {
+        Metadata::from(
+            "environment variable",
+            Source::Custom(format!("environment variable {}", self.name)),
+        )
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        // Kept as text: typed fields parse it (see `lenient`), text fields keep it
+        // exactly (a secret like "0123" or "true" stays as written).
+        Serialized::default(&self.key, &self.value).data()
+    }
+}
+
+/// Figment's errors as one line per problem: where the value came from (the file as
+/// named, or the environment variable), the key, and what is wrong with it.
+fn describe(errors: figment::Error) -> ConfigError {
+    let lines: Vec<String> = errors
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let what = match &e.kind {
+                Kind::UnknownField(field, known) => {
+                    let key = if key.is_empty() { field.clone() } else { key };
+                    format!("unknown key {key} (known: {})", known.join(", "))
+                }
+                Kind::UnknownVariant(value, known) => {
+                    format!(
+                        "{key}: unknown value `{value}` (known: {})",
+                        known.join(", ")
+                    )
+                }
+                kind if key.is_empty() => one_line(&kind.to_string()),
+                kind => format!("{key}: {}", one_line(&kind.to_string())),
+            };
+            match e.metadata.as_ref().and_then(|m| m.source.as_ref()) {
+                Some(Source::File(path)) => format!("{}: {what}", path.display()),
+                Some(Source::Custom(origin)) => format!("{origin}: {what}"),
+                _ => what,
+            }
+        })
+        .collect();
+    ConfigError(lines.join("; "))
+}
+
 fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     let head = name.get(..prefix.len())?;
     head.eq_ignore_ascii_case(prefix)
         .then(|| &name[prefix.len()..])
 }
 
+/// Joins the lines of `text`, leaving out the source excerpts of a TOML parse error
+/// (`1 | [server`, `  |        ^`).
 fn one_line(text: &str) -> String {
+    let excerpt = |l: &str| {
+        l.trim_start_matches(|c: char| c.is_ascii_digit())
+            .trim_start()
+            .starts_with('|')
+    };
     text.lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty())
+        .filter(|l| !l.is_empty() && !excerpt(l))
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -313,7 +393,30 @@ mod tests {
     }
 
     #[test]
+    fn a_named_config_folder_must_exist() {
+        let missing = Sources {
+            dir: "/nonexistent/tollgate-config".into(),
+            ..Default::default()
+        };
+        let err = Config::load(&missing).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/tollgate-config"), "{err}");
+        // Only the default, as named (relative), may be absent; tests/cli.rs runs it so.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let default = Sources {
+            dir: elsewhere.path().join(DEFAULT_DIR),
+            ..Default::default()
+        };
+        assert!(Config::load(&default).is_err());
+    }
+
+    #[test]
     fn multi_line_errors_become_one_line() {
         assert_eq!(one_line("a\n  b\n\n"), "a; b");
+        assert_eq!(
+            one_line(
+                "TOML parse error at line 1, column 8\n  |\n1 | [server\n  |        ^\ninvalid table header\n"
+            ),
+            "TOML parse error at line 1, column 8; invalid table header"
+        );
     }
 }

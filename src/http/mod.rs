@@ -18,9 +18,13 @@ use crate::state::AppState;
 /// Every public route of the gateway. Without `admin.token` the admin API does not
 /// exist at all: its paths answer 404 like any unknown path.
 pub fn router(state: AppState) -> Router {
+    let schema = ops::SchemaSeen::default();
     let mut routes = Router::new()
         .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
+        .route(
+            "/readyz",
+            get(move |state| ops::readyz(state, schema.clone())),
+        )
         .route("/openapi.json", get(openapi::serve))
         .merge(crate::account::router());
     if state.config.admin.token.is_some() {
