@@ -20,7 +20,7 @@ use super::grants::{
     Grant, allowance_of, ensure_free_subscriptions, ensure_snapshots, load_snapshots,
     load_subscriptions,
 };
-use super::quota::{QuotaView, announce};
+use super::quota::{QuotaView, announce_standings};
 use super::report::load_credits;
 use super::rules::{
     MarkerAction, Standing, Subscription, active_subscription, beyond_allowance, credits_at,
@@ -393,8 +393,7 @@ impl Accountant {
         for account_id in day_restored {
             self.throttler.restore_day(account_id, now);
         }
-        let changed: Vec<i64> = outcome.standings.iter().map(|s| s.account_id).collect();
-        announce(&mut tx, self.quota.replica(), &changed).await?;
+        announce_standings(&mut tx, self.quota.replica(), &outcome.standings).await?;
         tx.commit().await?;
 
         // Only committed rows are remembered.

@@ -474,10 +474,10 @@ async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
                     continue;
                 }
                 let mut entries = lock(&inner.entries);
-                for id in ids.split(',').filter_map(|id| id.parse::<i64>().ok()) {
-                    if let Some(entry) = entries.get_mut(&id) {
-                        // Read again on the next call; a held block stays.
-                        entry.loaded_at = Instant::now() - ENTRY_TTL;
+                for item in ids.split(',') {
+                    let Some(news) = News::parse(item) else { continue };
+                    if let Some(entry) = entries.get_mut(&news.account_id) {
+                        news.apply(entry);
                     }
                 }
             }
@@ -494,24 +494,93 @@ async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
     }
 }
 
-/// Tells the other replicas (when `tx` commits) that the standings of `account_ids`
-/// changed. `from` is the announcing replica, whose own view is already current.
+/// One account's news in a notification: `id` alone (its plan changed: read it again)
+/// or `id:used:credits:used_today` (accounting moved its figures; the plan is as it was).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct News {
+    account_id: i64,
+    figures: Option<(i64, i64, i64)>,
+}
+
+impl News {
+    fn parse(item: &str) -> Option<Self> {
+        let mut parts = item.split(':').map(|p| p.parse::<i64>().ok());
+        let account_id = parts.next()??;
+        let figures = match (parts.next(), parts.next(), parts.next()) {
+            (Some(Some(used)), Some(Some(credits)), Some(Some(today))) => {
+                Some((used, credits, today))
+            }
+            _ => None,
+        };
+        Some(Self {
+            account_id,
+            figures,
+        })
+    }
+
+    fn render(standing: &Standing) -> String {
+        let today = standing.daily.map_or(0, |d| d.used);
+        format!(
+            "{}:{}:{}:{today}",
+            standing.account_id, standing.used, standing.credits
+        )
+    }
+
+    /// Figures of the entry's own month and day update it in place; anything else has
+    /// it read again on its next call. A held block stays either way.
+    fn apply(self, entry: &mut Entry) {
+        let now = Utc::now();
+        match self.figures {
+            Some((used, credits, today))
+                if entry.month == Month::containing(now) && entry.day == Day::containing(now) =>
+            {
+                entry.standing.used = used;
+                entry.standing.credits = credits;
+                if let Some(daily) = entry.standing.daily.as_mut() {
+                    daily.used = today;
+                }
+            }
+            _ => entry.loaded_at = Instant::now() - ENTRY_TTL,
+        }
+    }
+}
+
+/// Tells the other replicas (when `tx` commits) what accounting just made of these
+/// standings, so their views follow without reading PostgreSQL.
+pub async fn announce_standings(
+    conn: &mut sqlx::PgConnection,
+    from: Option<Uuid>,
+    standings: &[Standing],
+) -> Result<(), sqlx::Error> {
+    let items: Vec<String> = standings.iter().map(News::render).collect();
+    notify(conn, from, &items).await
+}
+
+/// Tells the other replicas (when `tx` commits) that the plans of `account_ids`
+/// changed: their views read them again. `from` is the announcing replica, whose own
+/// view is already current.
 pub async fn announce(
     conn: &mut sqlx::PgConnection,
     from: Option<Uuid>,
     account_ids: &[i64],
 ) -> Result<(), sqlx::Error> {
-    if account_ids.is_empty() {
+    let items: Vec<String> = account_ids.iter().map(i64::to_string).collect();
+    notify(conn, from, &items).await
+}
+
+async fn notify(
+    conn: &mut sqlx::PgConnection,
+    from: Option<Uuid>,
+    items: &[String],
+) -> Result<(), sqlx::Error> {
+    if items.is_empty() {
         return Ok(());
     }
     let from = from.map(|r| r.to_string()).unwrap_or_default();
     // NOTIFY payloads stay under 8,000 bytes.
-    let payloads: Vec<String> = account_ids
-        .chunks(400)
-        .map(|chunk| {
-            let ids: Vec<String> = chunk.iter().map(i64::to_string).collect();
-            format!("{from}|{}", ids.join(","))
-        })
+    let payloads: Vec<String> = items
+        .chunks(150)
+        .map(|chunk| format!("{from}|{}", chunk.join(",")))
         .collect();
     sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
         .bind(CHANNEL)
@@ -519,4 +588,30 @@ pub async fn announce(
         .execute(conn)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn news_carries_figures_or_asks_for_a_fresh_read() {
+        assert_eq!(
+            News::parse("42:10:3:7"),
+            Some(News {
+                account_id: 42,
+                figures: Some((10, 3, 7))
+            })
+        );
+        assert_eq!(
+            News::parse("42"),
+            Some(News {
+                account_id: 42,
+                figures: None
+            })
+        );
+        assert_eq!(News::parse("x:1:2:3"), None);
+        let standing = free_standing(42, 3000);
+        assert_eq!(News::render(&standing), "42:0:0:0");
+    }
 }

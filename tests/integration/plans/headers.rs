@@ -60,3 +60,24 @@ async fn a_daily_plan_adds_daily_items_and_the_usage_object_reports_the_day() {
     assert_eq!(usage["enforcement"], "soft");
     assert_eq!(usage["credits"], 0);
 }
+
+#[tokio::test]
+async fn a_replica_shows_what_another_replica_accounted() {
+    let first = spawn_app().await;
+    let customer = first.signup().await;
+    let config = test_config(&first.db, &first.upstream);
+    let second = spawn_replica(first.db.clone(), first.upstream.clone(), config).await;
+    // The second replica knows the account before the first one accounts anything.
+    let res = second.call(DAILY, &customer.api_key).await;
+    assert_eq!(monthly_item(&header(&res, "ratelimit")).0, 3000);
+    for _ in 0..4 {
+        first.call(DAILY, &customer.api_key).await;
+    }
+    used(&first, customer.account_id, 5).await;
+    let seen = eventually(Duration::from_secs(2), || async {
+        let res = second.call(DAILY, &customer.api_key).await;
+        monthly_item(&header(&res, "ratelimit")).0 <= 2995
+    })
+    .await;
+    assert!(seen, "the second replica's headers follow the first one's accounting");
+}
