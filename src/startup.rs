@@ -1,10 +1,10 @@
 //! Wiring: build the state, start the background tasks, serve, shut down in order.
 //!
-//! [`Gateway::build`] starts the throttler worker, the usage listener, the key cache's
-//! listener and the reconciliation schedule; [`Gateway::run`] serves the public and
-//! metrics listeners until shutdown, then drains in order: stop accepting and finish
-//! in-flight calls (bounded), drain the usage queue into PostgreSQL (bounded), stop the
-//! rest.
+//! [`Gateway::build`] starts the throttler worker, the usage pipeline (the listener, or
+//! the JetStream publisher and consumer), the key cache's listener and the
+//! reconciliation schedule; [`Gateway::run`] serves the public and metrics listeners
+//! until shutdown, then drains in order: stop accepting and finish in-flight calls
+//! (bounded), drain the usage queue (bounded), stop the rest.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,6 +25,7 @@ use crate::config::{Config, MarkerStoreKind};
 use crate::proxy::upstream::Upstream;
 use crate::state::{AppState, Shared};
 use crate::throttle::{MarkerStore, ThrottleSettings, Throttler};
+use crate::usage::transport::{Pipeline, Role};
 use crate::usage::{self, Accountant, UsagePublisher};
 
 /// Installs ring as rustls' process-wide crypto provider (idempotent).
@@ -38,7 +39,7 @@ pub struct Gateway {
     accountant: Option<Accountant>,
     stop_listener: CancellationToken,
     stop_background: CancellationToken,
-    listener_task: Option<JoinHandle<()>>,
+    usage: Option<Pipeline>,
     background: Vec<JoinHandle<()>>,
 }
 
@@ -99,39 +100,18 @@ impl Gateway {
         let stop_listener = CancellationToken::new();
         let mut background = Vec::new();
 
-        let throttler = match store {
-            Some(store) => {
-                let settings = ThrottleSettings {
-                    admission_percent: config.throttle.admission_percent,
-                    refresh_interval: Duration::from_millis(config.throttle.refresh_interval_ms),
-                    max_staleness: Duration::from_millis(config.throttle.max_staleness_ms),
-                };
-                let (throttler, task) = Throttler::start(settings, store, stop_background.clone());
-                background.push(task);
-                throttler
-            }
-            None => Throttler::disabled(),
-        };
+        let throttler = start_throttler(&config, store, &stop_background, &mut background);
 
-        let (publisher, accountant, listener_task) = if config.usage_check.enabled {
-            let (publisher, rx) = usage::event::queue(config.usage_check.queue_capacity);
-            let accountant = Accountant::new(
-                db.clone(),
-                config.usage.free_monthly_calls,
-                true,
-                throttler.clone(),
-            )
-            .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms));
-            let task = tokio::spawn(usage::listener::run(
+        let (publisher, accountant, usage) = if config.usage_check.enabled {
+            let accountant = accountant(&config, &db, &throttler);
+            let pipeline = Pipeline::start(
+                &config,
                 accountant.clone(),
-                rx,
-                usage::listener::ListenerSettings::from_config(
-                    &config.usage_check,
-                    config.database.max_connections,
-                ),
+                Role::Serve,
                 stop_listener.clone(),
-            ));
-            (publisher, Some(accountant), Some(task))
+            )
+            .await?;
+            (pipeline.publisher(), Some(accountant), Some(pipeline))
         } else {
             (UsagePublisher::disabled(), None, None)
         };
@@ -171,7 +151,7 @@ impl Gateway {
             accountant,
             stop_listener,
             stop_background,
-            listener_task,
+            usage,
             background,
         })
     }
@@ -210,8 +190,8 @@ impl Gateway {
         tracing::info!("public listener closed; draining usage queue");
 
         self.stop_listener.cancel();
-        if let Some(task) = self.listener_task {
-            let _ = task.await;
+        if let Some(usage) = self.usage {
+            usage.stopped().await;
         }
         self.stop_background.cancel();
         stop_metrics.cancel();
@@ -221,6 +201,36 @@ impl Gateway {
         tracing::info!("stopped");
         served.context("public listener failed")
     }
+}
+
+/// The throttler the configuration asks for, its worker pushed onto `background`.
+fn start_throttler(
+    config: &Config,
+    store: Option<MarkerStore>,
+    stop: &CancellationToken,
+    background: &mut Vec<JoinHandle<()>>,
+) -> Throttler {
+    let Some(store) = store else {
+        return Throttler::disabled();
+    };
+    let settings = ThrottleSettings {
+        admission_percent: config.throttle.admission_percent,
+        refresh_interval: Duration::from_millis(config.throttle.refresh_interval_ms),
+        max_staleness: Duration::from_millis(config.throttle.max_staleness_ms),
+    };
+    let (throttler, task) = Throttler::start(settings, store, stop.clone());
+    background.push(task);
+    throttler
+}
+
+fn accountant(config: &Config, db: &PgPool, throttler: &Throttler) -> Accountant {
+    Accountant::new(
+        db.clone(),
+        config.usage.free_monthly_calls,
+        true,
+        throttler.clone(),
+    )
+    .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms))
 }
 
 /// Purges expired login sessions hourly, so the table stays small.
