@@ -30,5 +30,5 @@ pub mod usage;
 
 pub use config::Config;
 pub use http::router;
-pub use startup::{Gateway, serve};
+pub use startup::{Gateway, Worker, serve};
 pub use state::AppState;

@@ -1,4 +1,4 @@
-//! The `tollgate` command: `serve` and `migrate` (SPEC §1).
+//! The `tollgate` command: `serve`, `worker` and `migrate` (SPEC §1).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tollgate::config::{Config, Sources, UsageTransport};
-use tollgate::{Gateway, db, telemetry};
+use tollgate::{Gateway, Worker, db, telemetry};
 
 // mimalloc: under load the proxy and the usage listener allocate on one thread and free on
 // another; glibc's arenas made that a measured bound of full mode (see README, Performance).
@@ -34,6 +34,9 @@ enum Command {
     /// Apply pending database migrations (and create the JetStream stream and consumer
     /// when `usage_check.transport = "jetstream"`).
     Migrate,
+    /// Run the background half: accounting consumer (JetStream), marker sync,
+    /// reconciliation, and metrics and probes on the metrics listener.
+    Worker,
 }
 
 fn main() -> ExitCode {
@@ -61,6 +64,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate => migrate(&config).await,
         Command::Serve => serve(config).await,
+        Command::Worker => worker(config).await,
     }
 }
 
@@ -109,6 +113,23 @@ async fn prepare(config: &Config) -> anyhow::Result<sqlx::PgPool> {
         std::time::Duration::from_millis(config.database.acquire_timeout_ms),
     )
     .await
+}
+
+async fn worker(config: Config) -> anyhow::Result<()> {
+    config.validate_for_worker()?;
+    let pool = prepare(&config).await?;
+    let metrics = tokio::net::TcpListener::bind(config.server.metrics_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.server.metrics_listen))?;
+    tracing::info!(
+        metrics = %metrics.local_addr()?,
+        stream = %config.nats.stream,
+        consumer = %config.nats.consumer,
+        throttle = config.throttle.enabled,
+        "tollgate worker running"
+    );
+    let worker = Worker::build(config, pool).await?;
+    worker.run(metrics, shutdown_signal()).await
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {

@@ -4,7 +4,8 @@
 //! the JetStream publisher and consumer), the key cache's listener and the
 //! reconciliation schedule; [`Gateway::run`] serves the public and metrics listeners
 //! until shutdown, then drains in order: stop accepting and finish in-flight calls
-//! (bounded), drain the usage queue (bounded), stop the rest.
+//! (bounded), drain the usage queue (bounded), stop the rest. [`Worker`] is the
+//! background half alone (`tollgate worker`): no public listener, no proxy.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -200,6 +201,77 @@ impl Gateway {
         }
         tracing::info!("stopped");
         served.context("public listener failed")
+    }
+}
+
+/// The background half of the gateway (`tollgate worker`, SPEC §1 and §8): the
+/// JetStream accounting consumer, marker sync and reconciliation, with `/metrics`,
+/// `/healthz` and `/readyz` on the metrics listener and no public listener.
+pub struct Worker {
+    db: PgPool,
+    stop_usage: CancellationToken,
+    stop_background: CancellationToken,
+    usage: Pipeline,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Starts the background tasks; refuses a configuration without the JetStream
+    /// transport.
+    pub async fn build(config: Config, db: PgPool) -> anyhow::Result<Self> {
+        config.validate_for_worker()?;
+        install_crypto();
+        crate::telemetry::prometheus();
+        crate::cloudflare::describe_metrics();
+        let store = if config.throttle.enabled {
+            Some(marker_store(&config)?)
+        } else {
+            None
+        };
+        let stop_background = CancellationToken::new();
+        let stop_usage = CancellationToken::new();
+        let mut background = Vec::new();
+        let throttler = start_throttler(&config, store, &stop_background, &mut background);
+        let accountant = accountant(&config, &db, &throttler);
+        let usage = Pipeline::start(&config, accountant, Role::Worker, stop_usage.clone()).await?;
+        if config.throttle.enabled {
+            background.push(tokio::spawn(reconcile_schedule(
+                db.clone(),
+                throttler,
+                config.usage.free_monthly_calls,
+                Duration::from_millis(config.throttle.reconcile_interval_ms),
+                stop_background.clone(),
+            )));
+        }
+        Ok(Self {
+            db,
+            stop_usage,
+            stop_background,
+            usage,
+            background,
+        })
+    }
+
+    /// Serves the metrics listener until `shutdown` resolves, then lets the consumer
+    /// finish its batches (bounded) and stops the rest.
+    pub async fn run(
+        self,
+        metrics: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let app = crate::http::worker_router(self.db.clone());
+        let served = axum::serve(metrics, app)
+            .with_graceful_shutdown(shutdown)
+            .await;
+        tracing::info!("stopping: finishing the batches being accounted");
+        self.stop_usage.cancel();
+        self.usage.stopped().await;
+        self.stop_background.cancel();
+        for task in self.background {
+            let _ = task.await;
+        }
+        tracing::info!("stopped");
+        served.context("metrics listener failed")
     }
 }
 

@@ -53,6 +53,16 @@ async fn method_not_allowed() -> ApiError {
     ApiError::NotFound
 }
 
+/// The metrics listener of `tollgate worker`, which has no public listener: `/metrics`
+/// and the probes, `/readyz` asking the database.
+pub fn worker_router(db: sqlx::PgPool) -> Router {
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz_of_pool))
+        .with_state(db)
+        .merge(metrics_router())
+}
+
 /// The router of the metrics listener: `/metrics` only.
 pub fn metrics_router() -> Router {
     let handle = crate::telemetry::prometheus();
