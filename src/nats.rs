@@ -45,10 +45,9 @@ pub async fn connect(
             Duration::from_millis(ms).min(MAX_RECONNECT_DELAY)
         })
         .event_callback(|event| async move {
-            match event {
-                async_nats::Event::Connected => tracing::info!("NATS connected"),
-                async_nats::Event::Disconnected => tracing::warn!("NATS disconnected"),
-                other => tracing::debug!(event = %other, "NATS event"),
+            // The client logs every event itself; a lost connection deserves a warning.
+            if matches!(event, async_nats::Event::Disconnected) {
+                tracing::warn!("NATS disconnected; reconnecting");
             }
         });
     if !wait {
