@@ -366,7 +366,7 @@ async fn watch_lag(js: async_nats::jetstream::Context, nats: NatsConfig, stop: C
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let Ok(mut stream) = js.get_stream(&nats.stream).await else {
+        let Ok(stream) = js.get_stream(&nats.stream).await else {
             continue;
         };
         let Ok(consumer) = stream.consumer_info(&nats.consumer).await else {
@@ -382,13 +382,13 @@ async fn watch_lag(js: async_nats::jetstream::Context, nats: NatsConfig, stop: C
         metrics::gauge!("tollgate_jetstream_consumer_lag_messages").set(unaccounted as f64);
         // On the work-queue stream a message leaves once acknowledged: its oldest
         // message is the oldest not yet accounted.
-        let age = match stream.info().await {
-            Ok(info) if unaccounted > 0 && info.state.messages > 0 => {
-                let oldest = info.state.first_timestamp.unix_timestamp_nanos();
-                let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default() as i128;
-                (now - oldest).max(0) as f64 / 1e9
-            }
-            _ => 0.0,
+        let state = &stream.cached_info().state;
+        let age = if unaccounted > 0 && state.messages > 0 {
+            let oldest = state.first_timestamp.unix_timestamp_nanos();
+            let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default() as i128;
+            (now - oldest).max(0) as f64 / 1e9
+        } else {
+            0.0
         };
         metrics::gauge!("tollgate_jetstream_consumer_lag_seconds").set(age);
     }
