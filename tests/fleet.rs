@@ -272,7 +272,7 @@ async fn a_gateway_killed_under_load_loses_at_most_its_calls_in_flight() {
         in_ledger.is_subset(&answered_upstream),
         "a ledger row for a call the upstream never answered"
     );
-    assert!(seen.ok > 100, "the load ran ({} calls)", seen.ok);
+    assert!(seen.ok > 50, "the load ran ({} calls)", seen.ok);
     assert!(
         ok_missing <= CONNECTIONS,
         "{ok_missing} answered calls lost"
@@ -372,11 +372,11 @@ async fn a_worker_killed_mid_batch_has_its_messages_redelivered_and_accounted_on
     })
     .await;
     assert!(blocked, "the first worker never waited for the row lock");
-    assert_eq!(
-        fleet.js.consumer_state().await.1,
-        CALLS,
-        "its batch is unacknowledged"
-    );
+    let held = eventually(Duration::from_secs(5), || async {
+        fleet.js.consumer_state().await.1 == CALLS
+    })
+    .await;
+    assert!(held, "the first worker holds every message unacknowledged");
     first.kill();
     lock.rollback().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
