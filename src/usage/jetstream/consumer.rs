@@ -11,15 +11,11 @@
 //! whichever process pulls next; accounting them again changes nothing.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::Subject;
 use async_nats::jetstream::AckKind;
 use async_nats::jetstream::consumer::pull;
-use bytes::Bytes;
 use futures_util::{FutureExt as _, StreamExt as _};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -27,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use super::acks::{Acks, Delivery, keep_alive};
 use crate::config::NatsConfig;
 use crate::telemetry::RateLimitedLog;
 use crate::usage::event::UsageEvent;
@@ -39,9 +36,6 @@ const PULL_HEARTBEAT: Duration = Duration::from_secs(5);
 /// First pause before binding to the consumer again after a failure; doubles up to the max.
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-
-/// How often the consumer's lag is read from the server.
-const LAG_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How the consumer runs.
 #[derive(Debug, Clone)]
@@ -65,7 +59,11 @@ pub async fn run(
     let set_aside = SetAside::new(SET_ASIDE_CAPACITY);
     let deferred_acks = TaskTracker::new();
     let mut in_flight: JoinSet<()> = JoinSet::new();
-    let lag = tokio::spawn(watch_lag(js.clone(), settings.nats.clone(), stop.clone()));
+    let lag = tokio::spawn(super::lag::watch(
+        js.clone(),
+        settings.nats.clone(),
+        stop.clone(),
+    ));
     let errors = RateLimitedLog::default();
     let mut backoff = MIN_BACKOFF;
 
@@ -162,11 +160,6 @@ async fn bind(
 struct Pulled {
     event: UsageEvent,
     delivery: Delivery,
-}
-
-struct Delivery {
-    transaction_id: Uuid,
-    reply: Subject,
 }
 
 /// The next batch: waits for a first message, then takes what arrives within the
@@ -295,101 +288,5 @@ async fn account_batch(
             };
             acks.send(kind, &group).await;
         });
-    }
-}
-
-/// Awaits `work`, telling JetStream every third of `ack_wait` that `deliveries` are
-/// still being worked on, so they are not handed to another consumer meanwhile.
-async fn keep_alive<T>(
-    acks: &Acks,
-    deliveries: &[Delivery],
-    ack_wait: Duration,
-    work: impl Future<Output = T>,
-) -> T {
-    let mut work = std::pin::pin!(work);
-    let every = (ack_wait / 3).max(Duration::from_millis(100));
-    loop {
-        tokio::select! {
-            done = &mut work => return done,
-            _ = tokio::time::sleep(every) => acks.send(AckKind::Progress, deliveries).await,
-        }
-    }
-}
-
-/// Sends acknowledgements (they travel like any publish: fire and forget; one that is
-/// lost means a redelivery, which accounts nothing twice).
-#[derive(Clone)]
-struct Acks {
-    client: async_nats::Client,
-    log: Arc<RateLimitedLog>,
-}
-
-impl Acks {
-    fn new(client: async_nats::Client) -> Self {
-        Self {
-            client,
-            log: Default::default(),
-        }
-    }
-
-    async fn send(&self, kind: AckKind, deliveries: &[Delivery]) {
-        let body: Bytes = kind.into();
-        for delivery in deliveries {
-            if let Err(e) = self
-                .client
-                .publish(delivery.reply.clone(), body.clone())
-                .await
-                && self.log.allow()
-            {
-                tracing::warn!(error = %e, suppressed = self.log.take_suppressed(),
-                    "acknowledging a JetStream message failed; it will be redelivered");
-            }
-        }
-        if matches!(kind, AckKind::Ack) {
-            metrics::counter!("tollgate_jetstream_messages_acked_total")
-                .increment(deliveries.len() as u64);
-        }
-    }
-
-    /// Pushes buffered acknowledgements to the server (bounded).
-    async fn flush(&self) {
-        let _ = tokio::time::timeout(crate::nats::REQUEST_TIMEOUT, self.client.flush()).await;
-    }
-}
-
-/// Reads the consumer's and the stream's state every [`LAG_INTERVAL`] into gauges.
-async fn watch_lag(js: async_nats::jetstream::Context, nats: NatsConfig, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(LAG_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let Ok(stream) = js.get_stream(&nats.stream).await else {
-            continue;
-        };
-        let Ok(consumer) = stream.consumer_info(&nats.consumer).await else {
-            continue;
-        };
-        let unaccounted = consumer.num_pending + consumer.num_ack_pending as u64;
-        metrics::gauge!("tollgate_jetstream_consumer_pending_messages")
-            .set(consumer.num_pending as f64);
-        metrics::gauge!("tollgate_jetstream_consumer_ack_pending_messages")
-            .set(consumer.num_ack_pending as f64);
-        metrics::gauge!("tollgate_jetstream_consumer_redelivered_messages")
-            .set(consumer.num_redelivered as f64);
-        metrics::gauge!("tollgate_jetstream_consumer_lag_messages").set(unaccounted as f64);
-        // On the work-queue stream a message leaves once acknowledged: its oldest
-        // message is the oldest not yet accounted.
-        let state = &stream.cached_info().state;
-        let age = if unaccounted > 0 && state.messages > 0 {
-            let oldest = state.first_timestamp.unix_timestamp_nanos();
-            let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default() as i128;
-            (now - oldest).max(0) as f64 / 1e9
-        } else {
-            0.0
-        };
-        metrics::gauge!("tollgate_jetstream_consumer_lag_seconds").set(age);
     }
 }

@@ -14,7 +14,9 @@
 //!
 //! Messages are the events' JSON (see [`UsageEvent`]).
 
+mod acks;
 pub mod consumer;
+mod lag;
 pub mod publisher;
 
 use async_nats::HeaderMap;
