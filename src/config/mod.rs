@@ -297,7 +297,8 @@ pub struct NatsConfig {
     #[serde(deserialize_with = "lenient")]
     pub ack_wait_ms: u64,
     /// Most messages delivered and not yet acknowledged, over all consuming processes
-    /// (applied when the consumer is created).
+    /// (applied when the consumer is created). Events set aside on a locked account
+    /// count too, so it leaves room for several processes' set-aside bound.
     #[serde(deserialize_with = "lenient")]
     pub max_ack_pending: i64,
     /// Most publishes of one process awaiting the stream's acknowledgement at once.
@@ -313,7 +314,7 @@ impl Default for NatsConfig {
             subject: "tollgate.usage".into(),
             consumer: "tollgate-accounting".into(),
             ack_wait_ms: 30_000,
-            max_ack_pending: 10_000,
+            max_ack_pending: 50_000,
             publish_concurrency: 256,
         }
     }

@@ -37,6 +37,9 @@ const PULL_HEARTBEAT: Duration = Duration::from_secs(5);
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
+/// How long a message given back (`-NAK`) waits before it is delivered again.
+const REDELIVERY_DELAY: Duration = Duration::from_secs(1);
+
 /// How the consumer runs.
 #[derive(Debug, Clone)]
 pub struct ConsumerSettings {
@@ -283,8 +286,9 @@ async fn account_batch(
         deferred_acks.spawn(async move {
             let kind = match keep_alive(&acks, &group, ack_wait, settled).await {
                 Ok(()) => AckKind::Ack,
-                // Not accounted by this process: back to the stream at once.
-                Err(_) => AckKind::Nak(None),
+                // Not accounted by this process (no room to set them aside):
+                // back to the stream, delivered again after a pause.
+                Err(_) => AckKind::Nak(Some(REDELIVERY_DELAY)),
             };
             acks.send(kind, &group).await;
         });
