@@ -135,6 +135,44 @@ async fn a_message_delivered_twice_is_accounted_once() {
 }
 
 #[tokio::test]
+async fn a_locked_account_holds_back_only_its_own_messages() {
+    let js = TestStream::new();
+    let app = spawn_app_with(|c| {
+        js.apply(c);
+        c.usage_check.lock_timeout_ms = 200;
+    })
+    .await;
+    let (locked, free) = (app.signup().await, app.signup().await);
+    let mut lock = app.db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM account WHERE id = $1 FOR UPDATE")
+        .bind(locked.account_id)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    for customer in [&locked, &free, &locked, &free] {
+        assert_eq!(app.call(DAILY, &customer.api_key).await.status(), 200);
+    }
+    app.wait_for_ledger(free.account_id, 2).await;
+    // The locked account's events are set aside, their messages unacknowledged.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            js.messages().await == 2
+        })
+        .await
+    );
+    assert_eq!(app.ledger_rows(locked.account_id).await, 0);
+
+    lock.rollback().await.unwrap();
+    app.wait_for_ledger(locked.account_id, 2).await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            js.messages().await == 0
+        })
+        .await
+    );
+}
+
+#[tokio::test]
 async fn nats_stopped_and_restarted_under_load_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let Some(mut server) = NatsServer::start(dir.path()) else {
