@@ -321,6 +321,24 @@ mod tests {
     }
 
     #[test]
+    fn only_the_jetstream_transport_may_publish_without_consuming_or_run_a_worker() {
+        let mut config = Config::default();
+        assert!(config.validate().is_ok());
+        let err = config.validate_for_worker().unwrap_err().to_string();
+        assert!(
+            err.contains("usage_check.transport = \"jetstream\""),
+            "{err}"
+        );
+        config.usage_check.consume = false;
+        assert!(config.validate().is_err());
+        config.usage_check.transport = UsageTransport::Jetstream;
+        assert!(config.validate().is_ok());
+        assert!(config.validate_for_worker().is_ok());
+        config.nats.subject = "tollgate.*".into();
+        assert!(config.validate().is_err());
+    }
+
+    #[test]
     fn multi_line_errors_become_one_line() {
         assert_eq!(one_line("a\n  b\n\n"), "a; b");
     }
