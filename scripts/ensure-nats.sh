@@ -32,6 +32,10 @@ if [ -z "$NATS_SERVER" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 
     apt-get update -qq >/dev/null 2>&1 || true
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server >/dev/null 2>&1 || true
     NATS_SERVER=$(nats_server_bin)
+    # The package's own service (where systemd runs it) has no JetStream: ours replaces it.
+    if [ -n "$NATS_SERVER" ] && command -v systemctl >/dev/null 2>&1; then
+        systemctl stop nats-server >/dev/null 2>&1 || true
+    fi
 fi
 
 info=$(nats_info)
