@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The gateway benchmark, in one run: a direct upstream, nginx as a plain reverse proxy,
 # tollgate in local unlimited mode and tollgate in full mode (metering, throttling
-# against a local Cloudflare KV server, 10,000 seeded accounts, a few exhausted), all
+# against a local Cloudflare KV server, 10,000 seeded accounts, a few exhausted), the
+# latter twice: usage events through the in-process queue, and through NATS JetStream
+# (a nats-server of the run's own, the gateway publishing and consuming), all
 # driven by the same load generator (examples/loadgen.rs): closed loop at fixed
 # concurrency, then a fixed rate of half nginx's closed-loop maximum, each in
 # BENCH_ROUNDS interleaved rounds (each target's median round counts). Prints one table
-# and writes the figures as JSON under bench/results/. Installs nginx when missing,
-# cleans up every process it started.
+# and writes the figures as JSON under bench/results/. Installs nginx and nats-server
+# when missing, cleans up every process it started.
 #
 #   bench/run.sh                       3 rounds of 10 s per phase and target
 #   BENCH_ROUNDS=1 BENCH_DURATION=1 BENCH_WARMUP=0.5 BENCH_RESULTS=/tmp bench/run.sh   smoke run
@@ -15,7 +17,7 @@
 # BENCH_ROUNDS (rounds per phase, default 3),
 # BENCH_WARMUP (seconds before measuring, default 2), BENCH_CONCURRENCY (connections,
 # default 64), BENCH_ACCOUNTS (default 10000), BENCH_EXHAUSTED (default 10),
-# BENCH_PORT_BASE (default 19100: ports BASE..BASE+4 and BASE+12, BASE+13),
+# BENCH_PORT_BASE (default 19100: ports BASE..BASE+6 and BASE+12..BASE+14),
 # BENCH_RESULTS (folder of the JSON, default bench/results), BENCH_KEEP=1 keeps the
 # run folder (logs, raw figures) after success, BENCH_DB_PARAMS (query string of the
 # gateways' database.url, default sslmode=disable: PostgreSQL is on loopback, where TLS
@@ -41,8 +43,11 @@ NGINX_PORT=$((BASE + 1))
 LOCAL_PORT=$((BASE + 2))
 FULL_PORT=$((BASE + 3))
 KV_PORT=$((BASE + 4))
+FULLJS_PORT=$((BASE + 5))
+NATS_PORT=$((BASE + 6))
 LOCAL_METRICS=$((BASE + 12))
 FULL_METRICS=$((BASE + 13))
+FULLJS_METRICS=$((BASE + 14))
 ADMIN_TOKEN=bench-admin-token
 
 say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -59,6 +64,14 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx >/dev/null
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+# JetStream full mode runs a nats-server of its own (its store in the run folder).
+if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then
+    [ "$(id -u)" = 0 ] || die "nats-server is missing; install Debian's nats-server package (needs root)"
+    say "installing nats-server from Debian"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nats-server >/dev/null
+fi
+NATS_SERVER=$(command -v nats-server || echo /usr/sbin/nats-server)
 command -v curl >/dev/null 2>&1 || die "curl is missing"
 
 # shellcheck source=scripts/ensure-postgres.sh
@@ -67,7 +80,13 @@ PGPORT=${PGPORT:-5432}
 psql_admin() { psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
 DB_LOCAL=tollgate_bench_local
 DB_FULL=tollgate_bench_full
-psql_full() { psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -d "$DB_FULL" -v ON_ERROR_STOP=1 "$@"; }
+DB_FULLJS=tollgate_bench_fulljs
+psql_db() {
+    local db=$1
+    shift
+    psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -d "$db" -v ON_ERROR_STOP=1 "$@"
+}
+psql_full() { psql_db "$DB_FULL" "$@"; }
 
 say "building release binaries"
 cargo build --release --locked --quiet --bin tollgate --examples
@@ -90,7 +109,7 @@ cleanup() {
     wait 2>/dev/null || true
     if [ "$status" = 0 ] && [ "${BENCH_KEEP:-0}" != 1 ]; then
         rm -rf "$RUN"
-        for db in "${DB_LOCAL:-}" "${DB_FULL:-}"; do
+        for db in "${DB_LOCAL:-}" "${DB_FULL:-}" "${DB_FULLJS:-}"; do
             [ -n "$db" ] && psql_admin -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
         done
     else
@@ -112,7 +131,8 @@ wait_http() {
     die "$url did not answer within 30 s"
 }
 
-for port in $UPSTREAM_PORT $NGINX_PORT $LOCAL_PORT $FULL_PORT $KV_PORT $LOCAL_METRICS $FULL_METRICS; do
+for port in $UPSTREAM_PORT $NGINX_PORT $LOCAL_PORT $FULL_PORT $KV_PORT $FULLJS_PORT $NATS_PORT \
+    $LOCAL_METRICS $FULL_METRICS $FULLJS_METRICS; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
         die "127.0.0.1:$port is already taken; set BENCH_PORT_BASE"
     fi
@@ -171,8 +191,16 @@ done
 KV_API_BASE=$(head -n1 "$RUN/kv.out")
 [ -n "$KV_API_BASE" ] || die "the fake KV printed no api_base"
 
-say "creating a fresh database $DB_FULL (and $DB_LOCAL, a copy once seeded)"
-for db in $DB_LOCAL $DB_FULL; do
+say "starting nats-server -js on 127.0.0.1:$NATS_PORT"
+"$NATS_SERVER" -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$RUN/nats" -l "$RUN/nats.log" &
+PIDS+=($!)
+for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$NATS_PORT") 2>/dev/null && break
+    sleep 0.1
+done
+
+say "creating a fresh database $DB_FULL (and $DB_LOCAL, $DB_FULLJS: copies once seeded)"
+for db in $DB_LOCAL $DB_FULL $DB_FULLJS; do
     psql_admin -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
 done
 export TOLLGATE__UPSTREAM__BASE_URL="http://127.0.0.1:$UPSTREAM_PORT"
@@ -231,7 +259,9 @@ start_gateway() {
 say "starting tollgate local mode on 127.0.0.1:$LOCAL_PORT"
 # Local mode authenticates keys too: give it the same accounts and keys.
 psql_admin -c "DROP DATABASE IF EXISTS $DB_LOCAL WITH (FORCE)" \
-    -c "CREATE DATABASE $DB_LOCAL TEMPLATE $DB_FULL"
+    -c "CREATE DATABASE $DB_LOCAL TEMPLATE $DB_FULL" \
+    -c "DROP DATABASE IF EXISTS $DB_FULLJS WITH (FORCE)" \
+    -c "CREATE DATABASE $DB_FULLJS TEMPLATE $DB_FULL"
 start_gateway local "$LOCAL_PORT" "$LOCAL_METRICS" "$DB_LOCAL" TOLLGATE_PROFILE=local
 
 say "starting tollgate full mode on 127.0.0.1:$FULL_PORT (KV at $KV_API_BASE)"
@@ -245,43 +275,58 @@ RECONCILED=$(curl -fsS -X POST -H "Authorization: Bearer $ADMIN_TOKEN" \
     "http://127.0.0.1:$FULL_PORT/admin/v1/reconcile")
 say "reconciliation: $RECONCILED"
 
+say "starting tollgate full mode over JetStream on 127.0.0.1:$FULLJS_PORT"
+start_gateway fulljs "$FULLJS_PORT" "$FULLJS_METRICS" "$DB_FULLJS" \
+    TOLLGATE__THROTTLE__STORE=cloudflare \
+    TOLLGATE__CLOUDFLARE__API_BASE="$KV_API_BASE" \
+    TOLLGATE__CLOUDFLARE__ACCOUNT_ID=test-account \
+    TOLLGATE__CLOUDFLARE__NAMESPACE_ID=test-namespace \
+    TOLLGATE__CLOUDFLARE__API_TOKEN=test-token \
+    TOLLGATE__USAGE_CHECK__TRANSPORT=jetstream \
+    TOLLGATE__NATS__URL="nats://127.0.0.1:$NATS_PORT"
+curl -fsS -o /dev/null -X POST -H "Authorization: Bearer $ADMIN_TOKEN" \
+    "http://127.0.0.1:$FULLJS_PORT/admin/v1/reconcile"
+
 # A key must work through both gateways before any figure counts.
 ONE_KEY=$(sed -n "$((EXHAUSTED + 1))p" "$KEYS")
-for port in $LOCAL_PORT $FULL_PORT; do
+for port in $LOCAL_PORT $FULL_PORT $FULLJS_PORT; do
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "x-api-key: $ONE_KEY" \
         "http://127.0.0.1:$port/vedic/v1/horoscope/daily?sign=leo")
     [ "$code" = 200 ] || die "a seeded key got $code from 127.0.0.1:$port"
 done
-# The probe call above was metered too: the ledger check counts it.
+# The probe call above was metered too (by each full mode): the ledger check counts it.
 PROBES=1
 
 # --- load ---------------------------------------------------------------------------
 metric_sum() {
-    curl -fsS "http://127.0.0.1:$FULL_METRICS/metrics" |
-        awk -v name="$1" '$1 == name || index($1, name "{") == 1 { s += $2 } END { printf "%d\n", s }'
+    curl -fsS "http://127.0.0.1:$1/metrics" |
+        awk -v name="$2" '$1 == name || index($1, name "{") == 1 { s += $2 } END { printf "%d\n", s }'
 }
 
 # After a full-mode phase: scrape the counters, then time how long the ledger takes to
 # hold every published event (bounded by 120 s). Ledger rows are counted above the seed.
+# Over JetStream "published" is what the proxy queued, "acked" what the stream took.
 account_phase() {
-    local phase=$1 start published ledger lag now deadline
+    local phase=$1 target=$2 metrics=$3 db=$4 start published ledger lag now deadline
     start=$(date +%s.%N)
     deadline=$((SECONDS + 120))
-    published=$(metric_sum tollgate_usage_events_published_total)
+    published=$(metric_sum "$metrics" tollgate_usage_events_published_total)
     while :; do
-        ledger=$(($(psql_full -At -c "SELECT count(*) FROM subscription_tracking") - LEDGER_BASE))
+        ledger=$(($(psql_db "$db" -At -c "SELECT count(*) FROM subscription_tracking") - LEDGER_BASE))
         [ "$ledger" -ge "$published" ] && break
         [ "$SECONDS" -ge "$deadline" ] && { say "the ledger did not catch up within 120 s"; break; }
         sleep 0.02
     done
     now=$(date +%s.%N)
     lag=$(awk -v a="$start" -v b="$now" 'BEGIN { printf "%.3f", b - a }')
-    cat >"$RUN/accounting-$phase.json" <<JSON
-{"published": $published, "accounted": $(metric_sum tollgate_usage_events_accounted_total),
- "dropped": $(metric_sum tollgate_usage_events_dropped_total),
+    cat >"$RUN/accounting-$phase-$target.json" <<JSON
+{"published": $published, "accounted": $(metric_sum "$metrics" tollgate_usage_events_accounted_total),
+ "acked": $(metric_sum "$metrics" tollgate_jetstream_publish_acks_total),
+ "publish_failures": $(metric_sum "$metrics" tollgate_jetstream_publish_failures_total),
+ "dropped": $(metric_sum "$metrics" tollgate_usage_events_dropped_total),
  "ledger_rows": $ledger, "probe_calls": $PROBES, "lag_s": $lag}
 JSON
-    say "full mode after $phase: published $published, ledger $ledger, lag ${lag}s"
+    say "$target after $phase: published $published, ledger $ledger, lag ${lag}s"
 }
 
 drive() {
@@ -299,7 +344,7 @@ rps_of() { grep -o '"rps":[0-9.e+-]*' "$1" | head -n1 | cut -d: -f2; }
 # all alike; each target's figures are those of its median round by throughput.
 pick_median_rounds() {
     local phase=$1 target median
-    for target in upstream nginx local full; do
+    for target in upstream nginx local full fulljs; do
         median=$(for f in "$RUN/$phase-$target".round*.json; do
             printf '%s %s\n' "$(rps_of "$f")" "$f"
         done | sort -g | awk '{ f[NR] = $2 } END { print f[int((NR + 1) / 2)] }')
@@ -307,14 +352,15 @@ pick_median_rounds() {
     done
 }
 
-TARGETS="upstream:$UPSTREAM_PORT nginx:$NGINX_PORT local:$LOCAL_PORT full:$FULL_PORT"
+TARGETS="upstream:$UPSTREAM_PORT nginx:$NGINX_PORT local:$LOCAL_PORT full:$FULL_PORT fulljs:$FULLJS_PORT"
 for round in $(seq 1 "$ROUNDS"); do
     for target in $TARGETS; do
         drive closed "${target%%:*}" "${target##*:}" "$round"
     done
 done
 pick_median_rounds closed
-account_phase closed
+account_phase closed full "$FULL_METRICS" "$DB_FULL"
+account_phase closed fulljs "$FULLJS_METRICS" "$DB_FULLJS"
 
 NGINX_RPS=$(rps_of "$RUN/closed-nginx.json")
 RATE=$(awk -v r="$NGINX_RPS" 'BEGIN { printf "%d", r / 2 }')
@@ -325,7 +371,8 @@ for round in $(seq 1 "$ROUNDS"); do
     done
 done
 pick_median_rounds rate
-account_phase rate
+account_phase rate full "$FULL_METRICS" "$DB_FULL"
+account_phase rate fulljs "$FULLJS_METRICS" "$DB_FULLJS"
 
 # --- report -------------------------------------------------------------------------
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')

@@ -1,10 +1,10 @@
 //! Turns one benchmark run's raw files into the table and the results JSON.
 //!
 //! `bench/run.sh` leaves in its run folder one `loadgen` output per phase and target
-//! (`closed-upstream.json`, ..., `rate-full.json`: the target's median round; every
-//! round is kept as `<phase>-<target>.round<N>.json`), one `accounting-<phase>.json` per
-//! full-mode phase (metrics scraped after the load stopped, ledger rows, lag) and
-//! `machine.json`. This prints the table and writes the combined JSON to `--out`.
+//! (`closed-upstream.json`, ..., `rate-fulljs.json`: the target's median round; every
+//! round is kept as `<phase>-<target>.round<N>.json`), one
+//! `accounting-<phase>-<target>.json` per phase of each full mode (metrics scraped after
+//! the load stopped, ledger rows, lag) and `machine.json`. This prints the table and writes the combined JSON to `--out`.
 //!
 //! `cargo run --release --example bench_report -- --run-dir DIR --out FILE`
 
@@ -21,12 +21,16 @@ struct Args {
     out: PathBuf,
 }
 
-const TARGETS: [(&str, &str); 4] = [
+const TARGETS: [(&str, &str); 5] = [
     ("upstream", "upstream (direct)"),
     ("nginx", "nginx"),
     ("local", "tollgate local"),
     ("full", "tollgate full"),
+    ("fulljs", "tollgate full (jetstream)"),
 ];
+/// The full modes, by target, with the transport of their usage events and their
+/// index in [`TARGETS`].
+const FULL_MODES: [(&str, &str, usize); 2] = [("full", "memory", 3), ("fulljs", "jetstream", 4)];
 const PHASES: [&str; 2] = ["closed", "rate"];
 /// Statuses the gateway answers itself; every other one came from the upstream.
 const LOCAL_STATUSES: [&str; 5] = ["401", "429", "502", "503", "504"];
@@ -57,10 +61,15 @@ fn upstream_answers(run: &Value) -> u64 {
         .unwrap_or(0)
 }
 
-/// Every round of full mode in `phase` (`<phase>-full.round<N>.json`), or `counted`
-/// alone when the run had no rounds.
-fn full_mode_rounds(dir: &Path, phase: &str, counted: &Value) -> anyhow::Result<Vec<Value>> {
-    let prefix = format!("{phase}-full.round");
+/// Every round of a full mode in `phase` (`<phase>-<target>.round<N>.json`), or
+/// `counted` alone when the run had no rounds.
+fn full_mode_rounds(
+    dir: &Path,
+    phase: &str,
+    target: &str,
+    counted: &Value,
+) -> anyhow::Result<Vec<Value>> {
+    let prefix = format!("{phase}-{target}.round");
     let mut rounds = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let name = entry?.file_name().to_string_lossy().into_owned();
@@ -83,9 +92,13 @@ fn main() -> anyhow::Result<()> {
     let dir = &args.run_dir;
     let machine = read(dir, "machine.json")?;
     let mut phases = serde_json::Map::new();
-    let mut accounting = serde_json::Map::new();
-    let mut unanswered_so_far = 0u64;
-    let mut responses_so_far = 0u64;
+    // By transport, then phase.
+    let mut accounting: serde_json::Map<String, Value> = FULL_MODES
+        .iter()
+        .map(|(_, transport, _)| (transport.to_string(), json!({})))
+        .collect();
+    let mut unanswered_so_far = [0u64; FULL_MODES.len()];
+    let mut responses_so_far = [0u64; FULL_MODES.len()];
 
     println!();
     println!(
@@ -112,7 +125,7 @@ fn main() -> anyhow::Result<()> {
             ),
         }
         println!(
-            "{:<18} {:>9} {:>6} {:>6} | {:>8} {:>6} {:>6} | {:>8} {:>6} {:>6} | {:>8} {:>6} {:>6} | {:>6}",
+            "{:<26} {:>9} {:>6} {:>6} | {:>8} {:>6} {:>6} | {:>8} {:>6} {:>6} | {:>8} {:>6} {:>6} | {:>6}",
             "target",
             "req/s",
             "×up",
@@ -130,7 +143,7 @@ fn main() -> anyhow::Result<()> {
         );
         let mut entries = serde_json::Map::new();
         for ((key, name), run) in TARGETS.iter().zip(&runs) {
-            let mut line = format!("{name:<18} {:>9.0} ", num(run, "/rps"));
+            let mut line = format!("{name:<26} {:>9.0} ", num(run, "/rps"));
             line += &format!(
                 "{:>6.2} {:>6.2}",
                 ratio(num(run, "/rps"), num(up, "/rps")),
@@ -154,57 +167,87 @@ fn main() -> anyhow::Result<()> {
             figures["raw"] = run.clone();
             entries.insert((*key).into(), figures);
         }
-        let acc = read(dir, &format!("accounting-{phase}.json"))?;
-        if responses_so_far == 0 {
-            responses_so_far = acc["probe_calls"].as_u64().unwrap_or(0);
+        for (mode, (target, transport, index)) in FULL_MODES.iter().enumerate() {
+            let acc = read(dir, &format!("accounting-{phase}-{target}.json"))?;
+            let (responses, unanswered) =
+                (&mut responses_so_far[mode], &mut unanswered_so_far[mode]);
+            if *responses == 0 {
+                *responses = acc["probe_calls"].as_u64().unwrap_or(0);
+            }
+            // Every round fed the ledger, not only the one whose figures count.
+            for run in full_mode_rounds(dir, phase, target, &runs[*index])? {
+                *responses += upstream_answers(&run);
+                // A request the generator gave up on may still have been answered
+                // upstream (and so accounted): the ledger may exceed the answers seen by
+                // that many.
+                *unanswered += run["errors"].as_u64().unwrap_or(0);
+            }
+            let ledger = acc["ledger_rows"].as_u64().unwrap_or(0);
+            let mut acc_out = acc.clone();
+            acc_out["upstream_responses"] = json!(*responses);
+            acc_out["unanswered"] = json!(*unanswered);
+            acc_out["ledger_equals_responses"] =
+                json!((*responses..=*responses + *unanswered).contains(&ledger));
+            accounting[*transport][phase] = acc_out;
         }
-        // Every round of full mode fed the ledger, not only the one whose figures count.
-        for run in full_mode_rounds(dir, phase, &runs[3])? {
-            responses_so_far += upstream_answers(&run);
-            // A request the generator gave up on may still have been answered upstream
-            // (and so accounted): the ledger may exceed the answers seen by that many.
-            unanswered_so_far += run["errors"].as_u64().unwrap_or(0);
-        }
-        let ledger = acc["ledger_rows"].as_u64().unwrap_or(0);
-        let mut acc_out = acc.clone();
-        acc_out["upstream_responses"] = json!(responses_so_far);
-        acc_out["unanswered"] = json!(unanswered_so_far);
-        acc_out["ledger_equals_responses"] =
-            json!((responses_so_far..=responses_so_far + unanswered_so_far).contains(&ledger));
-        accounting.insert(phase.into(), acc_out);
         phases.insert(phase.into(), Value::Object(entries));
     }
 
     println!();
     println!("full mode accounting (cumulative: warmups and the one probe call included)");
     println!(
-        "{:<8} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9} {:>12}",
-        "after", "published", "accounted", "dropped", "responses", "ledger", "equal", "lag at stop"
+        "{:<10} {:<8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9} {:>12}",
+        "events",
+        "after",
+        "published",
+        "acked",
+        "accounted",
+        "lost",
+        "responses",
+        "ledger",
+        "equal",
+        "lag at stop"
     );
-    for phase in PHASES {
-        let a = &accounting[phase];
-        println!(
-            "{:<8} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9} {:>10.3} s",
-            phase,
-            a["published"].as_u64().unwrap_or(0),
-            a["accounted"].as_u64().unwrap_or(0),
-            a["dropped"].as_u64().unwrap_or(0),
-            a["upstream_responses"].as_u64().unwrap_or(0),
-            a["ledger_rows"].as_u64().unwrap_or(0),
-            if a["ledger_equals_responses"] == json!(true) {
-                "yes"
-            } else {
-                "NO"
-            },
-            num(a, "/lag_s"),
-        );
+    for (_, transport, _) in FULL_MODES {
+        for phase in PHASES {
+            let a = &accounting[transport][phase];
+            // Only the JetStream transport has a stream to acknowledge events.
+            let acked = match transport {
+                "jetstream" => a["acked"].as_u64().unwrap_or(0).to_string(),
+                _ => "-".into(),
+            };
+            println!(
+                "{:<10} {:<8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9} {:>10.3} s",
+                transport,
+                phase,
+                a["published"].as_u64().unwrap_or(0),
+                acked,
+                a["accounted"].as_u64().unwrap_or(0),
+                a["dropped"].as_u64().unwrap_or(0),
+                a["upstream_responses"].as_u64().unwrap_or(0),
+                a["ledger_rows"].as_u64().unwrap_or(0),
+                if a["ledger_equals_responses"] == json!(true) {
+                    "yes"
+                } else {
+                    "NO"
+                },
+                num(a, "/lag_s"),
+            );
+        }
     }
 
     let closed = &phases["closed"];
     let rate = &phases["rate"];
+    let every = |key: &str, value: Value| {
+        FULL_MODES.iter().all(|(_, transport, _)| {
+            PHASES
+                .iter()
+                .all(|p| accounting[*transport][*p][key] == value)
+        })
+    };
     let checks = json!({
-        "zero_dropped": PHASES.iter().all(|p| accounting[*p]["dropped"] == json!(0)),
-        "ledger_equals_responses": PHASES.iter().all(|p| accounting[*p]["ledger_equals_responses"] == json!(true)),
+        "zero_dropped": every("dropped", json!(0)),
+        "ledger_equals_responses": every("ledger_equals_responses", json!(true)),
         "full_rps_at_least_half_nginx": num(closed, "/full/rps_vs_nginx") >= 0.5,
         "full_p99_at_half_rate_within_nginx_plus_2ms":
             num(rate, "/full/p99_ms") <= num(rate, "/nginx/p99_ms") + 2.0,
@@ -219,7 +262,8 @@ fn main() -> anyhow::Result<()> {
     let out = json!({
         "machine": machine,
         "phases": phases,
-        "accounting": accounting,
+        "accounting": accounting["memory"],
+        "accounting_jetstream": accounting["jetstream"],
         "targets": checks,
     });
     std::fs::write(&args.out, serde_json::to_string_pretty(&out)? + "\n")?;

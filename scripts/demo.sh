@@ -3,25 +3,30 @@
 # a local demo upstream, the gateway with metering and in-memory throttling, and a
 # freshly signed-up demo account. Prints a ready `curl`, then serves until Ctrl-C.
 #
-#   scripts/demo.sh            full mode (metering + throttling, memory marker store)
-#   scripts/demo.sh --local    local unlimited mode (TOLLGATE_PROFILE=local)
-#   scripts/demo.sh --check    start, make one call, print it, stop (for CI and smoke tests)
+#   scripts/demo.sh              full mode (metering + throttling, memory marker store)
+#   scripts/demo.sh --local      local unlimited mode (TOLLGATE_PROFILE=local)
+#   scripts/demo.sh --jetstream  full mode as a fleet: NATS (started when none answers),
+#                                a `serve` that only publishes, a `tollgate worker`
+#   scripts/demo.sh --check      start, make one call, print it, stop (for CI and smoke tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MODE=full
 CHECK=0
+JETSTREAM=0
 for arg in "$@"; do
     case "$arg" in
         --local) MODE=local ;;
+        --jetstream) JETSTREAM=1 ;;
         --check) CHECK=1 ;;
-        *) echo "usage: scripts/demo.sh [--local] [--check]" >&2; exit 2 ;;
+        *) echo "usage: scripts/demo.sh [--local | --jetstream] [--check]" >&2; exit 2 ;;
     esac
 done
 
 GATEWAY_ADDR=${TOLLGATE_DEMO_ADDR:-127.0.0.1:8080}
 UPSTREAM_ADDR=${TOLLGATE_DEMO_UPSTREAM:-127.0.0.1:9000}
 METRICS_ADDR=${TOLLGATE_DEMO_METRICS:-127.0.0.1:9090}
+WORKER_METRICS_ADDR=${TOLLGATE_DEMO_WORKER_METRICS:-127.0.0.1:9091}
 
 # Before anything else (PostgreSQL, the build, the logs): a demo already running, or any
 # other server, on one of our addresses would answer in place of ours.
@@ -33,8 +38,10 @@ address_in_use() {
     [ "$host" = :: ] && host=::1
     (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
 }
-for spec in "TOLLGATE_DEMO_ADDR=$GATEWAY_ADDR" "TOLLGATE_DEMO_UPSTREAM=$UPSTREAM_ADDR" \
-    "TOLLGATE_DEMO_METRICS=$METRICS_ADDR"; do
+SPECS=("TOLLGATE_DEMO_ADDR=$GATEWAY_ADDR" "TOLLGATE_DEMO_UPSTREAM=$UPSTREAM_ADDR"
+    "TOLLGATE_DEMO_METRICS=$METRICS_ADDR")
+[ "$JETSTREAM" = 1 ] && SPECS+=("TOLLGATE_DEMO_WORKER_METRICS=$WORKER_METRICS_ADDR")
+for spec in "${SPECS[@]}"; do
     var=${spec%%=*} addr=${spec#*=}
     if ! [[ "$addr" =~ ^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]+$ ]]; then
         echo "demo: $var=$addr is not HOST:PORT" >&2
@@ -52,6 +59,10 @@ mkdir -p "$LOG_DIR"
 
 # shellcheck source=scripts/ensure-postgres.sh
 source scripts/ensure-postgres.sh
+if [ "$JETSTREAM" = 1 ]; then
+    # shellcheck source=scripts/ensure-nats.sh
+    source scripts/ensure-nats.sh
+fi
 
 echo "building tollgate and the demo upstream..."
 cargo build --quiet --locked --bin tollgate --example demo_upstream
@@ -75,11 +86,26 @@ export TOLLGATE__UPSTREAM__SHARED_SECRET=demo-shared-secret
 export TOLLGATE__ADMIN__TOKEN=$ADMIN_TOKEN
 export TOLLGATE__THROTTLE__STORE=memory
 if [ "$MODE" = local ]; then export TOLLGATE_PROFILE=local; fi
+if [ "$JETSTREAM" = 1 ]; then
+    MODE="$MODE, JetStream fleet"
+    export TOLLGATE__USAGE_CHECK__TRANSPORT=jetstream
+    export TOLLGATE__USAGE_CHECK__CONSUME=false
+    export TOLLGATE__NATS__URL="$TOLLGATE_TEST_NATS_URL"
+    export TOLLGATE__NATS__STREAM=TOLLGATE_DEMO_USAGE
+    export TOLLGATE__NATS__SUBJECT=tollgate.demo.usage
+    export TOLLGATE__NATS__CONSUMER=tollgate-demo-accounting
+fi
 
 target/debug/tollgate migrate
 target/debug/tollgate serve >"$LOG_DIR/gateway.log" 2>&1 &
 GATEWAY_PID=$!
 PIDS+=("$GATEWAY_PID")
+if [ "$JETSTREAM" = 1 ]; then
+    TOLLGATE__SERVER__METRICS_LISTEN="$WORKER_METRICS_ADDR" \
+        target/debug/tollgate worker >"$LOG_DIR/worker.log" 2>&1 &
+    WORKER_PID=$!
+    PIDS+=("$WORKER_PID")
+fi
 
 # Ours: the address was free when the demo started, and our gateway is still alive
 # (one that failed to bind exits, and the loop below reports it).
@@ -106,6 +132,17 @@ if [ "$READY" != 1 ]; then
     echo "error: the gateway on $GATEWAY_ADDR did not become ready; see $LOG_DIR/gateway.log" >&2
     exit 1
 fi
+if [ "$JETSTREAM" = 1 ]; then
+    for _ in $(seq 1 100); do
+        curl -fsS --max-time 2 "http://$WORKER_METRICS_ADDR/readyz" >/dev/null 2>&1 && break
+        if ! kill -0 "$WORKER_PID" 2>/dev/null; then
+            echo "error: the worker exited; see $LOG_DIR/worker.log:" >&2
+            tail -n 5 "$LOG_DIR/worker.log" >&2
+            exit 1
+        fi
+        sleep 0.2
+    done
+fi
 
 EMAIL="demo-$(date +%s)-$$@example.com"
 SIGNUP=$(curl -fsS -X POST "http://$GATEWAY_ADDR/account/v1/signup" \
@@ -125,12 +162,16 @@ demo account $ACCOUNT_ID ($EMAIL / demo-password), API key $API_KEY
 
 logs in $LOG_DIR/
 TEXT
+if [ "$JETSTREAM" = 1 ]; then
+    echo "usage events go through NATS ($TOLLGATE__NATS__URL, stream $TOLLGATE__NATS__STREAM);"
+    echo "the worker accounts them, metrics on http://$WORKER_METRICS_ADDR/metrics"
+fi
 
 if [ "$CHECK" = 1 ]; then
     echo
     curl -fsS -H "X-API-Key: $API_KEY" "http://$GATEWAY_ADDR/vedic/v1/horoscope/daily?sign=leo"
     echo
-    sleep 0.5
+    sleep 1
     curl -fsS -H "X-API-Key: $API_KEY" "http://$GATEWAY_ADDR/account/v1/usage"
     echo
     exit 0

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit tests, integration tests against real PostgreSQL
-# (each test makes its own database and drops it) and a smoke run of the
-# accounting benchmark. Starts PostgreSQL when none answers. Ends with one line
-# totalling every test binary's results.
+# (each test makes its own database and drops it) and NATS JetStream (each test makes
+# its own stream and deletes it) and a smoke run of the accounting benchmark. Starts
+# PostgreSQL and NATS when none answers. Ends with one line totalling every test
+# binary's results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/ensure-postgres.sh
 source scripts/ensure-postgres.sh
+# shellcheck source=scripts/ensure-nats.sh
+source scripts/ensure-nats.sh
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -7,8 +7,8 @@
 //! rely on [`auth`] (who is calling) and [`usage`] (every quota decision); usage tells
 //! [`throttle`] (admission and exhaustion markers) what to mark, and the throttler
 //! alone talks to [`cloudflare`] (the KV REST client). [`state`], [`error`],
-//! [`request_id`], [`month`], [`config`], [`db`] and [`telemetry`] are leaves every
-//! layer may use. `main.rs` only parses the command line and calls [`startup`].
+//! [`request_id`], [`month`], [`config`], [`db`], [`nats`] and [`telemetry`] are leaves
+//! every layer may use. `main.rs` only parses the command line and calls [`startup`].
 
 pub mod account;
 pub mod admin;
@@ -20,6 +20,7 @@ pub mod db;
 pub mod error;
 pub mod http;
 pub mod month;
+pub mod nats;
 pub mod proxy;
 pub mod request_id;
 pub mod server;
@@ -32,5 +33,5 @@ pub mod usage;
 
 pub use config::Config;
 pub use http::router;
-pub use startup::{Gateway, serve};
+pub use startup::{Gateway, Worker, serve};
 pub use state::AppState;

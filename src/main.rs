@@ -1,12 +1,12 @@
-//! The `tollgate` command: `serve` and `migrate` (SPEC §1).
+//! The `tollgate` command: `serve`, `worker` and `migrate` (SPEC §1).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use tollgate::config::{Config, Sources};
-use tollgate::{Gateway, db, telemetry};
+use tollgate::config::{Config, Sources, UsageTransport};
+use tollgate::{Gateway, Worker, db, telemetry};
 
 // mimalloc: under load the proxy and the usage listener allocate on one thread and free on
 // another; glibc's arenas made that a measured bound of full mode (see README, Performance).
@@ -31,8 +31,12 @@ struct Cli {
 enum Command {
     /// Run the gateway: public, metrics and usage listeners, marker sync.
     Serve,
-    /// Apply pending database migrations.
+    /// Apply pending database migrations (and create the JetStream stream and consumer
+    /// when `usage_check.transport = "jetstream"`).
     Migrate,
+    /// Run the background half: accounting consumer (JetStream), marker sync,
+    /// reconciliation, and metrics and probes on the metrics listener.
+    Worker,
 }
 
 fn main() -> ExitCode {
@@ -61,6 +65,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate => migrate(&config).await,
         Command::Serve => serve(config).await,
+        Command::Worker => worker(config).await,
     }
 }
 
@@ -75,11 +80,27 @@ async fn migrate(config: &Config) -> anyhow::Result<()> {
     for name in &report.applied {
         println!("applied {name}");
     }
+    if config.usage_check.transport == UsageTransport::Jetstream {
+        let client = tollgate::nats::connect(&config.nats, "tollgate migrate", true).await?;
+        let js = tollgate::nats::jetstream(client);
+        let ensured = tollgate::nats::ensure(&js, &config.nats).await?;
+        let said = |created| if created { "created" } else { "already there" };
+        println!(
+            "JetStream stream {}: {}",
+            config.nats.stream,
+            said(ensured.stream_created)
+        );
+        println!(
+            "JetStream consumer {}: {}",
+            config.nats.consumer,
+            said(ensured.consumer_created)
+        );
+    }
     Ok(())
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
-    config.validate_for_serve()?;
+/// Starts logging, applies migrations when asked, and opens the pool.
+async fn prepare(config: &Config) -> anyhow::Result<sqlx::PgPool> {
     telemetry::init_tracing(&config.log);
     if config.database.migrate_on_start {
         let report = db::migrate(&config.database.url).await?;
@@ -87,12 +108,34 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             tracing::info!(migration = %name, "migration applied");
         }
     }
-    let pool = db::connect(
+    db::connect(
         &config.database.url,
         config.database.max_connections,
         std::time::Duration::from_millis(config.database.acquire_timeout_ms),
     )
-    .await?;
+    .await
+}
+
+async fn worker(config: Config) -> anyhow::Result<()> {
+    config.validate_for_worker()?;
+    let pool = prepare(&config).await?;
+    let metrics = tokio::net::TcpListener::bind(config.server.metrics_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.server.metrics_listen))?;
+    tracing::info!(
+        metrics = %metrics.local_addr()?,
+        stream = %config.nats.stream,
+        consumer = %config.nats.consumer,
+        throttle = config.throttle.enabled,
+        "tollgate worker running"
+    );
+    let worker = Worker::build(config, pool).await?;
+    worker.run(metrics, shutdown_signal()).await
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    config.validate_for_serve()?;
+    let pool = prepare(&config).await?;
     let public = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;

@@ -1,10 +1,11 @@
 //! Wiring: build the state, start the background tasks, serve, shut down in order.
 //!
-//! [`Gateway::build`] starts the throttler worker, the usage listener, the key cache's
-//! listener and the reconciliation schedule; [`Gateway::run`] serves the public and
-//! metrics listeners until shutdown, then drains in order: stop accepting and finish
-//! in-flight calls (bounded), drain the usage queue into PostgreSQL (bounded), stop the
-//! rest.
+//! [`Gateway::build`] starts the throttler worker, the usage pipeline (the listener, or
+//! the JetStream publisher and consumer), the key cache's listener and the
+//! reconciliation schedule; [`Gateway::run`] serves the public and metrics listeners
+//! until shutdown, then drains in order: stop accepting and finish in-flight calls
+//! (bounded), drain the usage queue (bounded), stop the rest. [`Worker`] is the
+//! background half alone (`tollgate worker`): no public listener, no proxy.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use crate::state::{AppState, Shared};
 use crate::throttle::{MarkerStore, ThrottleSettings, Throttler};
 use crate::usage::quota::QuotaView;
 use crate::usage::subscriptions::Allocation;
+use crate::usage::transport::{Pipeline, Role};
 use crate::usage::{self, Accountant, UsagePublisher};
 
 /// Installs ring as rustls' process-wide crypto provider (idempotent).
@@ -42,7 +44,7 @@ pub struct Gateway {
     accountant: Option<Accountant>,
     stop_listener: CancellationToken,
     stop_background: CancellationToken,
-    listener_task: Option<JoinHandle<()>>,
+    usage: Option<Pipeline>,
     background: Vec<JoinHandle<()>>,
 }
 
@@ -103,19 +105,7 @@ impl Gateway {
         let stop_listener = CancellationToken::new();
         let mut background = Vec::new();
 
-        let throttler = match store {
-            Some(store) => {
-                let settings = ThrottleSettings {
-                    admission_percent: config.throttle.admission_percent,
-                    refresh_interval: Duration::from_millis(config.throttle.refresh_interval_ms),
-                    max_staleness: Duration::from_millis(config.throttle.max_staleness_ms),
-                };
-                let (throttler, task) = Throttler::start(settings, store, stop_background.clone());
-                background.push(task);
-                throttler
-            }
-            None => Throttler::disabled(),
-        };
+        let throttler = start_throttler(&config, store, &stop_background, &mut background);
 
         let quota = if config.usage_check.enabled {
             QuotaView::new(
@@ -128,26 +118,16 @@ impl Gateway {
         };
         background.extend(quota.start(stop_background.clone()));
 
-        let (publisher, accountant, listener_task) = if config.usage_check.enabled {
-            let (publisher, rx) = usage::event::queue(config.usage_check.queue_capacity);
-            let accountant = Accountant::new(
-                db.clone(),
-                config.usage.free_monthly_calls,
-                true,
-                throttler.clone(),
-            )
-            .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms))
-            .with_quota(quota.clone());
-            let task = tokio::spawn(usage::listener::run(
+        let (publisher, accountant, usage) = if config.usage_check.enabled {
+            let accountant = accountant(&config, &db, &throttler).with_quota(quota.clone());
+            let pipeline = Pipeline::start(
+                &config,
                 accountant.clone(),
-                rx,
-                usage::listener::ListenerSettings::from_config(
-                    &config.usage_check,
-                    config.database.max_connections,
-                ),
+                Role::Serve,
                 stop_listener.clone(),
-            ));
-            (publisher, Some(accountant), Some(task))
+            )
+            .await?;
+            (pipeline.publisher(), Some(accountant), Some(pipeline))
         } else {
             (UsagePublisher::disabled(), None, None)
         };
@@ -206,7 +186,7 @@ impl Gateway {
             accountant,
             stop_listener,
             stop_background,
-            listener_task,
+            usage,
             background,
         })
     }
@@ -245,8 +225,8 @@ impl Gateway {
         tracing::info!("public listener closed; draining usage queue");
 
         self.stop_listener.cancel();
-        if let Some(task) = self.listener_task {
-            let _ = task.await;
+        if let Some(usage) = self.usage {
+            usage.stopped().await;
         }
         self.stop_background.cancel();
         stop_metrics.cancel();
@@ -256,6 +236,107 @@ impl Gateway {
         tracing::info!("stopped");
         served.context("public listener failed")
     }
+}
+
+/// The background half of the gateway (`tollgate worker`, SPEC §1 and §8): the
+/// JetStream accounting consumer, marker sync and reconciliation, with `/metrics`,
+/// `/healthz` and `/readyz` on the metrics listener and no public listener.
+pub struct Worker {
+    db: PgPool,
+    stop_usage: CancellationToken,
+    stop_background: CancellationToken,
+    usage: Pipeline,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Starts the background tasks; refuses a configuration without the JetStream
+    /// transport.
+    pub async fn build(config: Config, db: PgPool) -> anyhow::Result<Self> {
+        config.validate_for_worker()?;
+        install_crypto();
+        crate::telemetry::prometheus();
+        crate::cloudflare::describe_metrics();
+        let store = if config.throttle.enabled {
+            Some(marker_store(&config)?)
+        } else {
+            None
+        };
+        let stop_background = CancellationToken::new();
+        let stop_usage = CancellationToken::new();
+        let mut background = Vec::new();
+        let throttler = start_throttler(&config, store, &stop_background, &mut background);
+        let accountant = accountant(&config, &db, &throttler);
+        let usage = Pipeline::start(&config, accountant, Role::Worker, stop_usage.clone()).await?;
+        if config.throttle.enabled {
+            background.push(tokio::spawn(reconcile_schedule(
+                db.clone(),
+                throttler,
+                config.usage.free_monthly_calls,
+                Duration::from_millis(config.throttle.reconcile_interval_ms),
+                stop_background.clone(),
+            )));
+        }
+        Ok(Self {
+            db,
+            stop_usage,
+            stop_background,
+            usage,
+            background,
+        })
+    }
+
+    /// Serves the metrics listener until `shutdown` resolves, then lets the consumer
+    /// finish its batches (bounded) and stops the rest.
+    pub async fn run(
+        self,
+        metrics: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let app = crate::http::worker_router(self.db.clone());
+        let served = axum::serve(metrics, app)
+            .with_graceful_shutdown(shutdown)
+            .await;
+        tracing::info!("stopping: finishing the batches being accounted");
+        self.stop_usage.cancel();
+        self.usage.stopped().await;
+        self.stop_background.cancel();
+        for task in self.background {
+            let _ = task.await;
+        }
+        tracing::info!("stopped");
+        served.context("metrics listener failed")
+    }
+}
+
+/// The throttler the configuration asks for, its worker pushed onto `background`.
+fn start_throttler(
+    config: &Config,
+    store: Option<MarkerStore>,
+    stop: &CancellationToken,
+    background: &mut Vec<JoinHandle<()>>,
+) -> Throttler {
+    let Some(store) = store else {
+        return Throttler::disabled();
+    };
+    let settings = ThrottleSettings {
+        admission_percent: config.throttle.admission_percent,
+        refresh_interval: Duration::from_millis(config.throttle.refresh_interval_ms),
+        max_staleness: Duration::from_millis(config.throttle.max_staleness_ms),
+    };
+    let (throttler, task) = Throttler::start(settings, store, stop.clone());
+    background.push(task);
+    throttler
+}
+
+fn accountant(config: &Config, db: &PgPool, throttler: &Throttler) -> Accountant {
+    Accountant::new(
+        db.clone(),
+        config.usage.free_monthly_calls,
+        true,
+        throttler.clone(),
+    )
+    .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms))
 }
 
 /// Purges expired login sessions hourly, so the table stays small.

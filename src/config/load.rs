@@ -12,7 +12,7 @@ use ipnet::IpNet;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
-use super::{Config, LOCAL_PROFILE};
+use super::{Config, LOCAL_PROFILE, UsageTransport};
 
 /// A configuration problem, worded as the one line an operator sees.
 #[derive(Debug, thiserror::Error)]
@@ -227,6 +227,53 @@ impl Config {
         if self.usage_check.lock_timeout_ms == 0 {
             return fail("usage_check.lock_timeout_ms must be positive".into());
         }
+        self.validate_nats()
+    }
+
+    /// The JetStream transport's keys; checked whatever the transport, so a typo is
+    /// found before the day the transport is switched on.
+    fn validate_nats(&self) -> Result<(), ConfigError> {
+        let fail = |msg: String| Err(ConfigError(msg));
+        let nats = &self.nats;
+        if !self.usage_check.consume && self.usage_check.transport == UsageTransport::Memory {
+            return fail(
+                "usage_check.consume = false needs usage_check.transport = \"jetstream\" \
+                 (with \"memory\" this process's events would never be accounted)"
+                    .into(),
+            );
+        }
+        if nats.url.expose_secret().trim().is_empty() {
+            return fail("nats.url must not be empty".into());
+        }
+        for (key, name) in [
+            ("nats.stream", &nats.stream),
+            ("nats.consumer", &nats.consumer),
+        ] {
+            if !is_nats_name(name) {
+                return fail(format!(
+                    "{key} `{name}` must be non-empty, without spaces, `.`, `*` or `>`"
+                ));
+            }
+        }
+        let subject_ok = !nats.subject.is_empty()
+            && nats
+                .subject
+                .split('.')
+                .all(|token| is_nats_name(token) && !token.is_empty());
+        if !subject_ok {
+            return fail(format!(
+                "nats.subject `{}` must be dot-separated tokens without spaces or wildcards",
+                nats.subject
+            ));
+        }
+        if nats.ack_wait_ms < 500 {
+            return fail("nats.ack_wait_ms must be at least 500".into());
+        }
+        if nats.max_ack_pending < 1 || nats.publish_concurrency == 0 {
+            return fail(
+                "nats.max_ack_pending and nats.publish_concurrency must be at least 1".into(),
+            );
+        }
         Ok(())
     }
 
@@ -235,6 +282,24 @@ impl Config {
         if self.upstream.shared_secret.is_none() && !self.is_local_profile() {
             return Err(ConfigError(
                 "upstream.shared_secret is required unless TOLLGATE_PROFILE=local".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The checks of `tollgate worker`, which only consumes what other processes publish.
+    pub fn validate_for_worker(&self) -> Result<(), ConfigError> {
+        if self.usage_check.transport != UsageTransport::Jetstream {
+            return Err(ConfigError(
+                "tollgate worker needs usage_check.transport = \"jetstream\"; with \"memory\" \
+                 usage events never leave the process that serves the call"
+                    .into(),
+            ));
+        }
+        if !self.usage_check.enabled {
+            return Err(ConfigError(
+                "tollgate worker needs usage_check.enabled = true (it would discard usage events)"
+                    .into(),
             ));
         }
         Ok(())
@@ -355,6 +420,14 @@ fn describe(errors: figment::Error) -> ConfigError {
     ConfigError(lines.join("; "))
 }
 
+/// A stream or consumer name NATS accepts (also each token of a subject).
+fn is_nats_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|c| !c.is_ascii_whitespace() && !c.is_ascii_control() && !b".*>".contains(&c))
+}
+
 fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     let head = name.get(..prefix.len())?;
     head.eq_ignore_ascii_case(prefix)
@@ -407,6 +480,33 @@ mod tests {
             ..Default::default()
         };
         assert!(Config::load(&default).is_err());
+    }
+
+    #[test]
+    fn nats_names_refuse_separators_and_wildcards() {
+        assert!(is_nats_name("TOLLGATE_USAGE"));
+        assert!(is_nats_name("tollgate-accounting"));
+        for bad in ["", "a.b", "a*", ">", "a b", "a\tb"] {
+            assert!(!is_nats_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_the_jetstream_transport_may_publish_without_consuming_or_run_a_worker() {
+        let mut config = Config::default();
+        assert!(config.validate().is_ok());
+        let err = config.validate_for_worker().unwrap_err().to_string();
+        assert!(
+            err.contains("usage_check.transport = \"jetstream\""),
+            "{err}"
+        );
+        config.usage_check.consume = false;
+        assert!(config.validate().is_err());
+        config.usage_check.transport = UsageTransport::Jetstream;
+        assert!(config.validate().is_ok());
+        assert!(config.validate_for_worker().is_ok());
+        config.nats.subject = "tollgate.*".into();
+        assert!(config.validate().is_err());
     }
 
     #[test]

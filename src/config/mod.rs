@@ -34,6 +34,7 @@ pub struct Config {
     pub throttle: ThrottleConfig,
     pub usage_check: UsageCheckConfig,
     pub usage: UsageConfig,
+    pub nats: NatsConfig,
     pub cloudflare: CloudflareConfig,
     pub pricing: PricingConfig,
     pub log: LogConfig,
@@ -283,6 +284,23 @@ pub struct UsageCheckConfig {
     /// events are set aside and retried, so only they wait.
     #[serde(deserialize_with = "lenient")]
     pub lock_timeout_ms: u64,
+    /// How usage events travel from the proxy to the accounting (SPEC §8).
+    pub transport: UsageTransport,
+    /// Whether `serve` also runs the accounting consumer; `false` = this replica only
+    /// publishes (JetStream transport only).
+    #[serde(deserialize_with = "lenient")]
+    pub consume: bool,
+}
+
+/// How usage events travel from the proxy to the accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageTransport {
+    /// The bounded in-process queue: events of a process are accounted by that process.
+    #[default]
+    Memory,
+    /// NATS JetStream (`nats.*`): events outlive the process that published them.
+    Jetstream,
 }
 
 impl Default for UsageCheckConfig {
@@ -296,6 +314,8 @@ impl Default for UsageCheckConfig {
             account_lanes: 2,
             drain_timeout_ms: 10_000,
             lock_timeout_ms: 1_000,
+            transport: UsageTransport::Memory,
+            consume: true,
         }
     }
 }
@@ -311,6 +331,44 @@ impl Default for UsageConfig {
     fn default() -> Self {
         Self {
             free_monthly_calls: 3_000,
+        }
+    }
+}
+
+/// The NATS JetStream transport of usage events (`usage_check.transport = "jetstream"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NatsConfig {
+    /// May carry credentials (`nats://user:pass@host:4222`), hence secret.
+    pub url: SecretString,
+    pub stream: String,
+    pub subject: String,
+    /// The durable pull consumer every accounting process shares.
+    pub consumer: String,
+    /// How long a delivered message may stay unacknowledged before JetStream hands it
+    /// to another consumer (applied when the consumer is created).
+    #[serde(deserialize_with = "lenient")]
+    pub ack_wait_ms: u64,
+    /// Most messages delivered and not yet acknowledged, over all consuming processes
+    /// (applied when the consumer is created). Events set aside on a locked account
+    /// count too, so it leaves room for several processes' set-aside bound.
+    #[serde(deserialize_with = "lenient")]
+    pub max_ack_pending: i64,
+    /// Most publishes of one process awaiting the stream's acknowledgement at once.
+    #[serde(deserialize_with = "lenient")]
+    pub publish_concurrency: usize,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        Self {
+            url: SecretString::from("nats://127.0.0.1:4222"),
+            stream: "TOLLGATE_USAGE".into(),
+            subject: "tollgate.usage".into(),
+            consumer: "tollgate-accounting".into(),
+            ack_wait_ms: 30_000,
+            max_ack_pending: 50_000,
+            publish_concurrency: 256,
         }
     }
 }

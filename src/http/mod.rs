@@ -57,6 +57,20 @@ async fn method_not_allowed() -> ApiError {
     ApiError::NotFound
 }
 
+/// The metrics listener of `tollgate worker`, which has no public listener: `/metrics`
+/// and the probes, `/readyz` asking the database.
+pub fn worker_router(db: sqlx::PgPool) -> Router {
+    let schema = ops::SchemaSeen::default();
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route(
+            "/readyz",
+            get(move |db| ops::readyz_of_pool(db, schema.clone())),
+        )
+        .with_state(db)
+        .merge(metrics_router())
+}
+
 /// The router of the metrics listener: `/metrics` only.
 pub fn metrics_router() -> Router {
     let handle = crate::telemetry::prometheus();

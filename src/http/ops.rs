@@ -35,7 +35,19 @@ pub async fn readyz(
     State(state): State<AppState>,
     schema: SchemaSeen,
 ) -> (StatusCode, Json<Value>) {
-    let probe = tokio::time::timeout(std::time::Duration::from_secs(2), probe(&state.db, &schema))
+    readiness(&state.db, &schema).await
+}
+
+/// `/readyz` of a process without the public state (`tollgate worker`).
+pub async fn readyz_of_pool(
+    State(db): State<PgPool>,
+    schema: SchemaSeen,
+) -> (StatusCode, Json<Value>) {
+    readiness(&db, &schema).await
+}
+
+async fn readiness(db: &PgPool, schema: &SchemaSeen) -> (StatusCode, Json<Value>) {
+    let probe = tokio::time::timeout(std::time::Duration::from_secs(2), probe(db, schema))
         .await
         .unwrap_or(Err(NotReady::Database(None)));
     let message = match probe {

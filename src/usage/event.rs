@@ -3,15 +3,21 @@
 //! The proxy publishes one event per upstream response with a non-blocking send. A
 //! full queue drops the event with a (rate-limited) warning and a counted metric: the
 //! customer's response is never delayed or changed by accounting.
+//!
+//! Events also travel as JSON (the JetStream transport, SPEC §8), field names as below.
+//! Unknown fields are ignored and every field added later must have a default, so
+//! events already in a stream and processes of another version still understand each
+//! other.
 
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::telemetry::RateLimitedLog;
 
 /// One completed upstream call, to be accounted once.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageEvent {
     /// The gateway's request UUID; the ledger's idempotency key.
     pub transaction_id: Uuid,
@@ -19,13 +25,36 @@ pub struct UsageEvent {
     pub key_id: i64,
     /// Picks the UTC month the call counts in.
     pub occurred_at: DateTime<Utc>,
+    #[serde(with = "method_name")]
     pub method: axum::http::Method,
     pub route: String,
     pub upstream_status: u16,
-    /// Units the call costs (its route's price, or the upstream's own figure).
+    /// Units the call costs (its route's price, or the upstream's own figure); 1 in
+    /// events written before prices existed.
+    #[serde(default = "one_unit")]
     pub cost: i64,
     /// The replica whose reserved units of a hard plan the call was forwarded on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved_by: Option<Uuid>,
+}
+
+fn one_unit() -> i64 {
+    1
+}
+
+/// An HTTP method as its name (`"GET"`).
+mod method_name {
+    use axum::http::Method;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(method: &Method, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(method.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Method, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Method::from_bytes(name.as_bytes()).map_err(D::Error::custom)
+    }
 }
 
 /// Why an event was not queued.
@@ -132,5 +161,57 @@ impl UsagePublisher {
         }
         metrics::gauge!("tollgate_usage_queue_depth").set(self.depth() as f64);
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event() -> UsageEvent {
+        UsageEvent {
+            transaction_id: "00000000-0000-4000-8000-000000000000".parse().unwrap(),
+            account_id: 42,
+            key_id: 7,
+            occurred_at: "2026-11-30T12:00:00Z".parse().unwrap(),
+            method: axum::http::Method::POST,
+            route: "/vedic/v1/horoscope/daily".into(),
+            upstream_status: 200,
+            cost: 3,
+            reserved_by: None,
+        }
+    }
+
+    #[test]
+    fn events_travel_as_readable_json() {
+        let json = serde_json::to_value(event()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "transaction_id": "00000000-0000-4000-8000-000000000000",
+                "account_id": 42,
+                "key_id": 7,
+                "occurred_at": "2026-11-30T12:00:00Z",
+                "method": "POST",
+                "route": "/vedic/v1/horoscope/daily",
+                "upstream_status": 200,
+                "cost": 3
+            })
+        );
+        assert_eq!(serde_json::from_value::<UsageEvent>(json).unwrap(), event());
+    }
+
+    #[test]
+    fn fields_of_a_newer_version_are_ignored() {
+        let mut json = serde_json::to_value(event()).unwrap();
+        json["surcharge"] = 3.into();
+        assert_eq!(serde_json::from_value::<UsageEvent>(json).unwrap(), event());
+    }
+
+    #[test]
+    fn an_event_from_before_prices_costs_one_unit() {
+        let mut json = serde_json::to_value(event()).unwrap();
+        json.as_object_mut().unwrap().remove("cost");
+        assert_eq!(serde_json::from_value::<UsageEvent>(json).unwrap().cost, 1);
     }
 }

@@ -9,6 +9,10 @@
 //! `usage_check.lock_timeout_ms` the batch accounts every other account and sets the
 //! locked accounts' events aside, retried apart from the queue. Shutdown drains what
 //! is queued and what is set aside within a bound.
+//!
+//! The JetStream consumer (`usage::jetstream`) accounts its pulled batches through the
+//! same [`Accountant::account_in_lanes`]; the [`Deferred`] it returns say which events
+//! were set aside and when they are settled, so their messages are acknowledged then.
 
 use std::collections::{HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -17,10 +21,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use uuid::Uuid;
 
 use super::event::UsageEvent;
 use super::ledger::{Accountant, Locks};
@@ -42,24 +47,26 @@ impl Accountant {
     /// Accounts a batch whatever it takes: while the database is unreachable the batch
     /// waits (new events queue up behind it, and the queue's bound decides what is
     /// dropped); a batch the database refuses is retried, then split so that one bad
-    /// event cannot take the others with it.
-    async fn account_resilient(&self, batch: &[UsageEvent], set_aside: &SetAside) {
+    /// event cannot take the others with it. Every event is settled on return (in the
+    /// ledger, or given up on and counted) except those set aside, which the returned
+    /// [`Deferred`] name.
+    async fn account_resilient(&self, batch: &[UsageEvent], set_aside: &SetAside) -> Vec<Deferred> {
         let mut refusals = 0;
         let mut outage_backoff = Duration::from_millis(100);
         let mut locks = Locks::Wait;
         let last_error = loop {
             match self.account_now(batch, locks).await {
                 Ok(outcome) => {
-                    if !outcome.busy.is_empty() {
-                        let busy: HashSet<i64> = outcome.busy.into_iter().collect();
-                        let waiting = batch
-                            .iter()
-                            .filter(|e| busy.contains(&e.account_id))
-                            .cloned()
-                            .collect();
-                        set_aside.hold(self.clone(), waiting);
+                    if outcome.busy.is_empty() {
+                        return Vec::new();
                     }
-                    return;
+                    let busy: HashSet<i64> = outcome.busy.into_iter().collect();
+                    let waiting = batch
+                        .iter()
+                        .filter(|e| busy.contains(&e.account_id))
+                        .cloned()
+                        .collect();
+                    return vec![set_aside.hold(self.clone(), waiting)];
                 }
                 // A row lock held elsewhere: account everyone else now.
                 Err(e) if locks == Locks::Wait && crate::db::is_lock_timeout(&e) => {
@@ -91,16 +98,26 @@ impl Accountant {
                 account_id = batch[0].account_id,
                 error = %anyhow_chain(&last_error),
                 "usage event could not be accounted");
-            return;
+            return Vec::new();
         }
+        let mut deferred = Vec::new();
         for event in batch {
-            Box::pin(self.account_resilient(std::slice::from_ref(event), set_aside)).await;
+            deferred.extend(
+                Box::pin(self.account_resilient(std::slice::from_ref(event), set_aside)).await,
+            );
         }
+        deferred
     }
 
     /// Accounts `batch` as up to `lanes` concurrent transactions over disjoint sets of
-    /// accounts (by account id), which never wait for each other's row locks.
-    async fn account_in_lanes(&self, batch: &[UsageEvent], lanes: usize, set_aside: &SetAside) {
+    /// accounts (by account id), which never wait for each other's row locks. Returns
+    /// the events set aside, as [`account_resilient`](Self::account_resilient) does.
+    pub(crate) async fn account_in_lanes(
+        &self,
+        batch: &[UsageEvent],
+        lanes: usize,
+        set_aside: &SetAside,
+    ) -> Vec<Deferred> {
         let lanes = lanes.max(1);
         if lanes == 1 {
             return self.account_resilient(batch, set_aside).await;
@@ -114,28 +131,38 @@ impl Accountant {
             .iter()
             .filter(|lane| !lane.is_empty())
             .map(|lane| self.account_resilient(lane, set_aside));
-        futures_util::future::join_all(work).await;
+        let deferred = futures_util::future::join_all(work).await;
+        deferred.into_iter().flatten().collect()
     }
+}
+
+/// Events set aside because their account's row lock was held elsewhere.
+pub(crate) struct Deferred {
+    pub transaction_ids: Vec<Uuid>,
+    /// Resolves once they are settled (in the ledger, or given up on and counted); an
+    /// error when they never will be by this process (set-aside capacity exceeded, or
+    /// shutdown came first).
+    pub settled: oneshot::Receiver<()>,
 }
 
 /// Events of accounts whose row lock is held elsewhere, retried apart from the queue
 /// so they hold up no batch. Bounded like the queue: past `capacity` events waiting,
 /// more are dropped and counted.
 #[derive(Clone)]
-struct SetAside {
+pub(crate) struct SetAside {
     tasks: TaskTracker,
     room: Arc<Semaphore>,
     waiting: Arc<AtomicUsize>,
 }
 
 /// Most events set aside at once (as many as the default queue holds).
-const SET_ASIDE_CAPACITY: usize = 10_000;
+pub(crate) const SET_ASIDE_CAPACITY: usize = 10_000;
 
 /// Longest pause between attempts at set-aside events.
 const MAX_SET_ASIDE_BACKOFF: Duration = Duration::from_secs(2);
 
 impl SetAside {
-    fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             tasks: TaskTracker::new(),
             room: Arc::new(Semaphore::new(capacity.max(1))),
@@ -143,7 +170,23 @@ impl SetAside {
         }
     }
 
-    fn hold(&self, accountant: Accountant, mut events: Vec<UsageEvent>) {
+    /// Events waiting here now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Waits until every event set aside is settled; nothing can be set aside after.
+    pub(crate) async fn settle(&self) {
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
+    fn hold(&self, accountant: Accountant, mut events: Vec<UsageEvent>) -> Deferred {
+        let (done, settled) = oneshot::channel();
+        let deferred = Deferred {
+            transaction_ids: events.iter().map(|e| e.transaction_id).collect(),
+            settled,
+        };
         let n = events.len();
         let Ok(permit) = self.room.clone().try_acquire_many_owned(n as u32) else {
             metrics::counter!("tollgate_usage_events_dropped_total", "reason" => "set_aside_full")
@@ -152,13 +195,14 @@ impl SetAside {
                 events = n,
                 "set-aside usage events over capacity: events lost"
             );
-            return;
+            return deferred;
         };
         self.waiting.fetch_add(n, Ordering::Relaxed);
         metrics::gauge!("tollgate_usage_events_set_aside").increment(n as f64);
         let (waiting, this) = (self.waiting.clone(), self.clone());
         self.tasks.spawn(async move {
             let mut delay = Duration::from_millis(50);
+            let mut nested = Vec::new();
             while !events.is_empty() {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(MAX_SET_ASIDE_BACKOFF);
@@ -170,7 +214,7 @@ impl SetAside {
                     Err(e) if crate::db::is_transient(&e) => {}
                     // Refused for its data: the usual retries and split, once.
                     Err(_) => {
-                        Box::pin(accountant.account_resilient(&events, &this)).await;
+                        nested = Box::pin(accountant.account_resilient(&events, &this)).await;
                         events.clear();
                     }
                 }
@@ -178,7 +222,15 @@ impl SetAside {
             waiting.fetch_sub(n, Ordering::Relaxed);
             metrics::gauge!("tollgate_usage_events_set_aside").decrement(n as f64);
             drop(permit);
+            let mut all_settled = true;
+            for d in nested {
+                all_settled &= d.settled.await.is_ok();
+            }
+            if all_settled {
+                let _ = done.send(());
+            }
         });
+        deferred
     }
 }
 
@@ -304,14 +356,11 @@ pub async fn run(
                 pending.pop_front();
             }
         }
-        set_aside.tasks.close();
-        set_aside.tasks.wait().await;
+        set_aside.settle().await;
     })
     .await;
     if drained.is_err() {
-        let lost = pending.iter().map(Vec::len).sum::<usize>()
-            + rx.len()
-            + set_aside.waiting.load(Ordering::Relaxed);
+        let lost = pending.iter().map(Vec::len).sum::<usize>() + rx.len() + set_aside.waiting();
         metrics::counter!("tollgate_usage_events_dropped_total", "reason" => "shutdown")
             .increment(lost as u64);
         // An upper bound: part of a batch cut off mid-way may have committed already.

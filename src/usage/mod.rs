@@ -1,11 +1,13 @@
 //! Monthly usage accounting (SPEC §4): grants, subscriptions, the ledger and its listener.
 //!
 //! Usage owns every quota decision. The proxy only publishes [`UsageEvent`]s; the
-//! [`listener`] turns them into ledger rows and counters and tells the throttler when
-//! an account's current month is used up.
+//! [`listener`] (or, over NATS, the [`jetstream`] consumer, see [`transport`]) turns
+//! them into ledger rows and counters and tells the throttler when an account's
+//! current month is used up.
 
 pub mod event;
 pub mod grants;
+pub mod jetstream;
 pub mod ledger;
 pub mod listener;
 pub mod quota;
@@ -15,6 +17,7 @@ pub mod rules;
 pub mod series;
 pub mod subscriptions;
 pub mod topups;
+pub mod transport;
 
 pub use event::{PublishOutcome, UsageEvent, UsagePublisher};
 pub use ledger::{Accountant, BatchOutcome, Locks};

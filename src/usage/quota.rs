@@ -475,7 +475,9 @@ async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
                 }
                 let mut entries = lock(&inner.entries);
                 for item in ids.split(',') {
-                    let Some(news) = News::parse(item) else { continue };
+                    let Some(news) = News::parse(item) else {
+                        continue;
+                    };
                     if let Some(entry) = entries.get_mut(&news.account_id) {
                         news.apply(entry);
                     }

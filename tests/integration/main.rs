@@ -8,6 +8,7 @@
 mod accounts;
 mod common;
 mod config;
+mod jetstream;
 mod key_cache;
 mod plans;
 mod proxy;

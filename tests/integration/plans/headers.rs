@@ -79,5 +79,8 @@ async fn a_replica_shows_what_another_replica_accounted() {
         monthly_item(&header(&res, "ratelimit")).0 <= 2995
     })
     .await;
-    assert!(seen, "the second replica's headers follow the first one's accounting");
+    assert!(
+        seen,
+        "the second replica's headers follow the first one's accounting"
+    );
 }
