@@ -14,13 +14,19 @@ use crate::state::AppState;
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct KeyCreated {
+    #[schema(minimum = 1)]
     pub key_id: i64,
+    /// Shown once; only its hash is kept.
+    #[schema(pattern = "^tgk_[A-Za-z0-9]{40}$")]
     pub api_key: String,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct KeySummary {
+    #[schema(minimum = 1)]
     pub key_id: i64,
+    /// The key's first characters, to tell keys apart.
+    #[schema(pattern = "^tgk_[A-Za-z0-9]{8}$")]
     pub prefix: String,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
@@ -45,8 +51,11 @@ pub(super) async fn insert_key(
 #[utoipa::path(post, path = "/account/v1/keys", tag = "account",
     security(("session" = [])),
     responses(
-        (status = 201, body = KeyCreated),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 201, description = "The new key; `api_key` is shown this once", body = KeyCreated),
+        (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
+        (status = 409, description = "KEY_LIMIT: the account holds `account.max_keys` unrevoked keys", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn create_key(
     State(state): State<AppState>,
@@ -69,8 +78,10 @@ pub async fn create_key(
 #[utoipa::path(get, path = "/account/v1/keys", tag = "account",
     security(("session" = [])),
     responses(
-        (status = 200, body = [KeySummary]),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 200, description = "Every key of the account, revoked ones included", body = [KeySummary]),
+        (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn list_keys(
     State(state): State<AppState>,
@@ -89,11 +100,13 @@ pub async fn list_keys(
 /// Revokes a key; it is refused from the next call on. Revoking twice is harmless.
 #[utoipa::path(delete, path = "/account/v1/keys/{key_id}", tag = "account",
     security(("session" = [])),
-    params(("key_id" = i64, Path)),
+    params(("key_id" = i64, Path, description = "A `key_id` of this account")),
     responses(
-        (status = 204),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 404, description = "KEY_NOT_FOUND", body = ErrorBody),
+        (status = 204, description = "Revoked (or already revoked)"),
+        (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
+        (status = 404, description = "KEY_NOT_FOUND: no key of this account has this id (any id that is not an integer included)", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn revoke_key(
     State(state): State<AppState>,

@@ -15,32 +15,46 @@ use crate::error::{ApiError, ErrorBody, JsonBody};
 use crate::state::AppState;
 use crate::usage;
 
-const MIN_PASSWORD_CHARS: usize = 8;
-const MAX_PASSWORD_CHARS: usize = 1024;
-const MAX_EMAIL_CHARS: usize = 254;
+pub(crate) const MIN_PASSWORD_CHARS: usize = 8;
+pub(crate) const MAX_PASSWORD_CHARS: usize = 1024;
+pub(crate) const MAX_EMAIL_CHARS: usize = 254;
 
+/// Unknown fields are ignored.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct SignupRequest {
+    /// Surrounding whitespace is trimmed and the address lowercased; an address that is
+    /// already taken in any case answers 409.
+    #[schema(format = Email, max_length = 254, example = "ann@example.com")]
     pub email: String,
+    /// 8 to 1024 characters (Unicode code points).
+    #[schema(format = Password, min_length = 8, max_length = 1024)]
     pub password: String,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SignupResponse {
+    #[schema(minimum = 1)]
     pub account_id: i64,
+    #[schema(minimum = 1)]
     pub key_id: i64,
     /// Shown once; only its hash is kept.
+    #[schema(pattern = "^tgk_[A-Za-z0-9]{40}$")]
     pub api_key: String,
 }
 
+/// Unknown fields are ignored. Longer values than signup accepts match no account (401).
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct LoginRequest {
+    /// Compared trimmed and lowercased.
+    #[schema(max_length = 254, example = "ann@example.com")]
     pub email: String,
+    #[schema(format = Password, max_length = 1024)]
     pub password: String,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LoginResponse {
+    #[schema(pattern = "^tgs_[A-Za-z0-9]{40}$")]
     pub token: String,
     pub expires_at: DateTime<Utc>,
 }
@@ -86,9 +100,17 @@ fn check_password(password: &str) -> Result<(), ApiError> {
 #[utoipa::path(post, path = "/account/v1/signup", tag = "account",
     request_body = SignupRequest,
     responses(
-        (status = 201, body = SignupResponse),
+        (status = 201, description = "Account created; `api_key` is shown this once", body = SignupResponse),
+        (status = 400, description = "MALFORMED_JSON: the body is not JSON", body = ErrorBody),
         (status = 409, description = "EMAIL_TAKEN", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: the body exceeds 16 KiB", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: content-type is not application/json", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: a field is missing, of the wrong type, or breaks its constraints", body = ErrorBody),
+        (status = 429, description = "TOO_MANY_REQUESTS: more signups from this address than `account.signups_per_ip_per_hour`", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer, or the password-hashing queue is full", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait (hashing queue full)"))),
     ))]
 pub async fn signup(
     State(state): State<AppState>,
@@ -140,8 +162,17 @@ pub async fn signup(
 #[utoipa::path(post, path = "/account/v1/login", tag = "account",
     request_body = LoginRequest,
     responses(
-        (status = 200, body = LoginResponse),
-        (status = 401, description = "INVALID_CREDENTIALS", body = ErrorBody),
+        (status = 200, description = "A session token for `Authorization: Bearer`", body = LoginResponse),
+        (status = 400, description = "MALFORMED_JSON: the body is not JSON", body = ErrorBody),
+        (status = 401, description = "INVALID_CREDENTIALS: no account has this email and password", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: the body exceeds 16 KiB", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: content-type is not application/json", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: a field is missing or of the wrong type", body = ErrorBody),
+        (status = 429, description = "TOO_MANY_REQUESTS: more failed logins for this email or address than `account.login_failures_per_hour`", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer, or the password-hashing queue is full", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait (hashing queue full)"))),
     ))]
 pub async fn login(
     State(state): State<AppState>,

@@ -13,8 +13,10 @@ use crate::state::AppState;
 use crate::usage::{self, UsageReport};
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct MonthQuery {
     /// `YYYY-MM`; the current UTC month when absent.
+    #[param(value_type = String, required = false, pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$", example = "2026-11")]
     pub month: Option<String>,
 }
 
@@ -33,9 +35,11 @@ pub fn month_or_current(query: &MonthQuery, now: DateTime<Utc>) -> Result<Month,
     security(("session" = []), ("api_key" = [])),
     params(MonthQuery),
     responses(
-        (status = 200, body = UsageReport),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+        (status = 200, description = "The caller's usage object", body = UsageReport),
+        (status = 401, description = "UNAUTHORIZED: neither a valid session token nor a valid API key", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `month` is not `YYYY-MM`", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn usage(
     State(state): State<AppState>,

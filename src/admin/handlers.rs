@@ -17,27 +17,40 @@ use crate::usage::reconcile::{ReconcileError, reconcile_markers};
 use crate::usage::rules::FREE_PLAN;
 use crate::usage::subscriptions::{ActivationError, NewSubscription, activate};
 
-const MAX_PLAN_CHARS: usize = 64;
+pub(crate) const MAX_PLAN_CHARS: usize = 64;
 
 /// Unknown fields are refused: a misspelt `expires_at` must not silently become an
 /// open-ended subscription.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubscriptionRequest {
-    /// Free text; `free` is reserved.
+    /// Free text of 1 to 64 characters, none of them a control character, once
+    /// surrounding whitespace is trimmed; `free` (in any case) is reserved.
+    // The pattern is `validate` as a regular expression: whitespace as Rust's `trim` sees
+    // it, not `free`, 1 to 64 characters without a control character that neither start
+    // nor end with whitespace, whitespace.
+    #[schema(
+        pattern = r"^[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*(?![Ff][Rr][Ee][Ee][\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$)[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000](?:[^\u0000-\u001f\u007f-\u009f]{0,62}[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000])?[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$",
+        example = "pro"
+    )]
     pub plan: String,
+    #[schema(minimum = 0)]
     pub monthly_allowance: i64,
-    /// Defaults to now.
+    /// RFC 3339, a real instant of years 1 to 9999 UTC (no leap second); defaults to now.
     pub starts_at: Option<DateTime<Utc>>,
-    /// Exclusive; `null` for open-ended.
+    /// Exclusive, after `starts_at`, same range; `null` or absent for open-ended.
     pub expires_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SubscriptionCreated {
+    #[schema(minimum = 1)]
     pub subscription_id: i64,
+    #[schema(minimum = 1)]
     pub account_id: i64,
+    /// As given, surrounding whitespace trimmed.
     pub plan: String,
+    #[schema(minimum = 0)]
     pub monthly_allowance: i64,
     pub starts_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
@@ -94,10 +107,15 @@ fn validate(req: SubscriptionRequest, now: DateTime<Utc>) -> Result<NewSubscript
     params(("account_id" = i64, Path)),
     request_body = SubscriptionRequest,
     responses(
-        (status = 201, body = SubscriptionCreated),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 404, description = "ACCOUNT_NOT_FOUND", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+        (status = 201, description = "The subscription, active from `starts_at`", body = SubscriptionCreated),
+        (status = 400, description = "MALFORMED_JSON: the body is not JSON", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED: missing or wrong admin token", body = ErrorBody),
+        (status = 404, description = "ACCOUNT_NOT_FOUND: no account has this id (any id that is not an integer included)", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: the body exceeds 16 KiB", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: content-type is not application/json", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: a field is missing, unknown, of the wrong type or breaks its constraints, or `expires_at` is not after `starts_at`", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn create_subscription(
     _admin: AdminPrincipal,
@@ -141,9 +159,12 @@ pub async fn create_subscription(
     security(("admin" = [])),
     params(("account_id" = i64, Path), MonthQuery),
     responses(
-        (status = 200, body = UsageReport),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 404, description = "ACCOUNT_NOT_FOUND", body = ErrorBody),
+        (status = 200, description = "The account's usage object", body = UsageReport),
+        (status = 401, description = "UNAUTHORIZED: missing or wrong admin token", body = ErrorBody),
+        (status = 404, description = "ACCOUNT_NOT_FOUND: no account has this id (any id that is not an integer included)", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `month` is not `YYYY-MM`", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn account_usage(
     _admin: AdminPrincipal,
@@ -158,9 +179,10 @@ pub async fn account_usage(
 #[utoipa::path(post, path = "/admin/v1/reconcile", tag = "admin",
     security(("admin" = [])),
     responses(
-        (status = 200, body = ReconcileReport),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 503, description = "SERVICE_UNAVAILABLE", body = ErrorBody),
+        (status = 200, description = "What the reconciliation did", body = ReconcileReport),
+        (status = 401, description = "UNAUTHORIZED: missing or wrong admin token", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database or the marker store does not answer", body = ErrorBody),
     ))]
 pub async fn reconcile(
     _admin: AdminPrincipal,
