@@ -10,9 +10,10 @@ use serde::Deserialize;
 
 use super::{Config, LOCAL_PROFILE};
 
-/// A configuration problem, worded as the one line an operator sees.
+/// A configuration problem, worded as the one line an operator sees (values quoted in
+/// it cannot break the line: see [`one_line`]).
 #[derive(Debug, thiserror::Error)]
-#[error("configuration error: {0}")]
+#[error("configuration error: {}", one_line(.0))]
 pub struct ConfigError(String);
 
 /// The inputs of [`Config::load`], separate from the process so tests can vary them.
@@ -95,9 +96,7 @@ impl Config {
             // it exactly (a secret like "0123" or "true" stays as written).
             figment = figment.merge(Serialized::default(&path.join("."), value));
         }
-        let mut config: Config = figment
-            .extract()
-            .map_err(|e| ConfigError(one_line(&e.to_string())))?;
+        let mut config: Config = figment.extract().map_err(|e| ConfigError(e.to_string()))?;
         config.profile = sources.profile.clone();
         // An empty token (e.g. `TOLLGATE__ADMIN__TOKEN=`) means no admin API.
         if config
@@ -214,12 +213,24 @@ fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> 
         .then(|| &name[prefix.len()..])
 }
 
+/// Joins the lines of `text` with `; ` and escapes what could still break the line or
+/// the terminal (a `\r` or another control character, U+2028, U+2029), which a quoted
+/// value may hold.
 fn one_line(text: &str) -> String {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join("; ")
+        .chars()
+        .map(|c| {
+            if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -241,5 +252,26 @@ mod tests {
     #[test]
     fn multi_line_errors_become_one_line() {
         assert_eq!(one_line("a\n  b\n\n"), "a; b");
+        assert_eq!(
+            one_line("`x\ry`\u{2028}z\u{1b}"),
+            "`x\\ry`\\u{2028}z\\u{1b}"
+        );
+    }
+
+    #[test]
+    fn a_value_with_a_line_break_cannot_break_the_error_line() {
+        let sources = Sources {
+            env: vec![(
+                "TOLLGATE__UPSTREAM__KEY_HEADER".into(),
+                "x-api-key\nx-forged: yes".into(),
+            )],
+            ..Default::default()
+        };
+        let line = Config::load(&sources).unwrap_err().to_string();
+        assert!(
+            line.starts_with("configuration error: upstream.key_header"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'), "{line}");
     }
 }

@@ -13,6 +13,8 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 mod load;
+#[cfg(test)]
+mod prop_tests;
 
 use load::lenient;
 pub use load::{ConfigError, Sources};
