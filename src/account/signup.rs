@@ -27,7 +27,7 @@ pub struct SignupRequest {
     #[schema(format = Email, max_length = 254, example = "ann@example.com")]
     pub email: String,
     /// 8 to 1024 characters (Unicode code points).
-    #[schema(format = Password, min_length = 8, max_length = 1024)]
+    #[schema(format = Password, min_length = 8, max_length = 1024, example = "correct horse")]
     pub password: String,
 }
 
@@ -48,7 +48,7 @@ pub struct LoginRequest {
     /// Compared trimmed and lowercased.
     #[schema(max_length = 254, example = "ann@example.com")]
     pub email: String,
-    #[schema(format = Password, max_length = 1024)]
+    #[schema(format = Password, max_length = 1024, example = "correct horse")]
     pub password: String,
 }
 

@@ -34,11 +34,13 @@ pub struct SubscriptionRequest {
         example = "pro"
     )]
     pub plan: String,
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, example = 100000)]
     pub monthly_allowance: i64,
     /// RFC 3339, a real instant of years 1 to 9999 UTC (no leap second); defaults to now.
+    #[schema(example = "2026-01-01T00:00:00Z")]
     pub starts_at: Option<DateTime<Utc>>,
     /// Exclusive, after `starts_at`, same range; `null` or absent for open-ended.
+    #[schema(example = "2027-01-01T00:00:00Z")]
     pub expires_at: Option<DateTime<Utc>>,
 }
 
