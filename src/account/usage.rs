@@ -15,19 +15,23 @@ use crate::usage::{self, UsageReport};
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct MonthQuery {
-    /// `YYYY-MM`; the current UTC month when absent.
-    #[param(value_type = String, required = false, pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$", example = "2026-11")]
+    /// `YYYY-MM` from `0001-01` to `9999-11`, whose bounds RFC 3339 can write; the
+    /// current UTC month when absent.
+    #[param(value_type = String, required = false, pattern = "^(?!0000)(?!9999-12)[0-9]{4}-(0[1-9]|1[0-2])$", example = "2026-11")]
     pub month: Option<String>,
 }
 
-/// Parses `?month=`; the current month when absent.
+/// Parses `?month=`; the current month when absent. A month must start and end in years
+/// 1 to 9999 (the range of every instant tollgate takes or shows), so that `month_start`
+/// and `month_end` are RFC 3339: `9999-12` would end in year 10000.
 pub fn month_or_current(query: &MonthQuery, now: DateTime<Utc>) -> Result<Month, ApiError> {
-    match query.month.as_deref() {
-        None => Ok(Month::containing(now)),
-        Some(text) => text
-            .parse()
-            .map_err(|_| ApiError::Validation("month must be YYYY-MM".into())),
-    }
+    let Some(text) = query.month.as_deref() else {
+        return Ok(Month::containing(now));
+    };
+    text.parse::<Month>()
+        .ok()
+        .filter(|m| crate::month::storable(m.start()) && crate::month::storable(m.end()))
+        .ok_or_else(|| ApiError::Validation("month must be YYYY-MM, 0001-01 to 9999-11".into()))
 }
 
 /// The caller's usage in a UTC month (SPEC §3.4).
@@ -37,7 +41,7 @@ pub fn month_or_current(query: &MonthQuery, now: DateTime<Utc>) -> Result<Month,
     responses(
         (status = 200, description = "The caller's usage object", body = UsageReport),
         (status = 401, description = "UNAUTHORIZED: neither a valid session token nor a valid API key", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED: `month` is not `YYYY-MM`", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `month` is not `YYYY-MM` from 0001-01 to 9999-11", body = ErrorBody),
         (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
         (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
@@ -68,4 +72,44 @@ pub(crate) async fn usage_response(
     .await?
     .map(Json)
     .ok_or(ApiError::AccountNotFound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn month(text: &str) -> Result<Month, ApiError> {
+        let query = MonthQuery {
+            month: Some(text.into()),
+        };
+        month_or_current(&query, Utc::now())
+    }
+
+    #[test]
+    fn months_are_yyyy_mm_whose_bounds_rfc_3339_can_write() {
+        assert_eq!(month("2026-11").unwrap().to_string(), "2026-11");
+        assert_eq!(
+            month("0001-01").unwrap().start().to_rfc3339(),
+            "0001-01-01T00:00:00+00:00"
+        );
+        assert_eq!(
+            month("9999-11").unwrap().end().to_rfc3339(),
+            "9999-12-01T00:00:00+00:00"
+        );
+        for bad in [
+            "9999-12", "0000-12", "2026-13", "2026-00", "2026-1", "", "+202-01",
+        ] {
+            assert!(matches!(month(bad), Err(ApiError::Validation(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn no_month_is_the_current_one() {
+        let now: DateTime<Utc> = "2026-02-28T23:59:59Z".parse().unwrap();
+        let query = MonthQuery { month: None };
+        assert_eq!(
+            month_or_current(&query, now).unwrap().to_string(),
+            "2026-02"
+        );
+    }
 }

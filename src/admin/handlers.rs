@@ -164,7 +164,7 @@ pub async fn create_subscription(
         (status = 200, description = "The account's usage object", body = UsageReport),
         (status = 401, description = "UNAUTHORIZED: missing or wrong admin token", body = ErrorBody),
         (status = 404, description = "ACCOUNT_NOT_FOUND: no account has this id (any id that is not an integer included)", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED: `month` is not `YYYY-MM`", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `month` is not `YYYY-MM` from 0001-01 to 9999-11", body = ErrorBody),
         (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
         (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
