@@ -23,8 +23,17 @@ pub(crate) const MAX_EMAIL_CHARS: usize = 254;
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct SignupRequest {
     /// Surrounding whitespace is trimmed and the address lowercased; an address that is
-    /// already taken in any case answers 409.
-    #[schema(format = Email, max_length = 254, example = "ann@example.com")]
+    /// already taken in any case answers 409. Any address of the `email` format that
+    /// also matches the pattern is accepted: one `@`, no whitespace or control character,
+    /// a domain with a dot that neither starts nor ends with one.
+    // The pattern is `normalize_email` as a regular expression (whitespace as Rust's
+    // `trim` sees it); a unit test holds the two together.
+    #[schema(
+        format = Email,
+        max_length = 254,
+        pattern = r"^[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*[^@\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+@[^@.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+\.[^@\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*[^@.\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$",
+        example = "ann@example.com"
+    )]
     pub email: String,
     /// 8 to 1024 characters (Unicode code points).
     #[schema(format = Password, min_length = 8, max_length = 1024, example = "correct horse")]
@@ -60,8 +69,10 @@ pub struct LoginResponse {
 }
 
 fn normalize_email(raw: &str) -> Result<String, ApiError> {
-    let email = raw.trim().to_lowercase();
-    let valid = email.chars().count() <= MAX_EMAIL_CHARS
+    let trimmed = raw.trim();
+    let email = trimmed.to_lowercase();
+    // Counted as given: lowercasing can lengthen a few characters (`İ` is two).
+    let valid = trimmed.chars().count() <= MAX_EMAIL_CHARS
         && !email.chars().any(|c| c.is_whitespace() || c.is_control())
         && match email.split_once('@') {
             Some((local, domain)) => {
@@ -233,9 +244,84 @@ mod tests {
     }
 
     #[test]
+    fn emails_are_counted_as_given_not_as_lowercased() {
+        // `İ` lowercases to two characters.
+        let email = format!("{}@example.com", "İ".repeat(MAX_EMAIL_CHARS - 12));
+        assert_eq!(email.chars().count(), MAX_EMAIL_CHARS);
+        assert!(normalize_email(&email).is_ok());
+    }
+
+    #[test]
     fn passwords_need_eight_to_1024_characters() {
         assert!(check_password("short").is_err());
         assert!(check_password("long enough").is_ok());
         assert!(check_password(&"x".repeat(1025)).is_err());
+    }
+}
+
+/// The documented email pattern is `normalize_email`'s rule, checked with the engine the
+/// fuzz suite validates with.
+#[cfg(test)]
+mod prop_tests {
+    use proptest::prelude::*;
+    use utoipa::PartialSchema;
+
+    use super::*;
+
+    /// The pattern as `/openapi.json` states it, compiled once.
+    fn documented_pattern() -> &'static fancy_regex::Regex {
+        static PATTERN: std::sync::LazyLock<fancy_regex::Regex> = std::sync::LazyLock::new(|| {
+            let schema = serde_json::to_value(SignupRequest::schema()).unwrap();
+            fancy_regex::Regex::new(schema["properties"]["email"]["pattern"].as_str().unwrap())
+                .unwrap()
+        });
+        &PATTERN
+    }
+
+    /// Whitespace of every kind Rust's `trim` knows, and two it does not.
+    fn space() -> impl Strategy<Value = char> {
+        prop::sample::select(vec![
+            ' ', '\t', '\n', '\r', '\u{b}', '\u{c}', '\u{85}', '\u{a0}', '\u{1680}', '\u{2000}',
+            '\u{200a}', '\u{2028}', '\u{2029}', '\u{202f}', '\u{205f}', '\u{3000}', '\u{feff}',
+            '\u{200b}',
+        ])
+    }
+
+    /// Mostly characters an address may hold, sometimes one the rule treats differently.
+    fn address_char() -> impl Strategy<Value = char> {
+        prop_oneof![
+            8 => prop::sample::select(vec!['a', 'Z', '0', '-', '_', '+', '"', 'é', 'İ', 'ß']),
+            1 => prop::sample::select(vec!['@', '.']),
+            1 => space(),
+            1 => prop::sample::select(vec!['\0', '\u{1}', '\u{1f}', '\u{7f}', '\u{9f}']),
+            1 => any::<char>(),
+        ]
+    }
+
+    fn email_like() -> impl Strategy<Value = String> {
+        let pad = || prop::collection::vec(space(), 0..3).prop_map(String::from_iter);
+        let part = || prop::collection::vec(address_char(), 0..5).prop_map(String::from_iter);
+        prop_oneof![
+            4 => (pad(), part(), part(), part(), pad()).prop_map(|(pad, local, label, tld, end)| {
+                format!("{pad}{local}@{label}.{tld}{end}")
+            }),
+            1 => prop::collection::vec(address_char(), 0..16).prop_map(String::from_iter),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        #[test]
+        fn the_documented_email_pattern_is_the_handlers_rule(email in email_like()) {
+            let pattern = documented_pattern();
+            let short_enough = email.trim().chars().count() <= MAX_EMAIL_CHARS;
+            prop_assert_eq!(
+                pattern.is_match(&email).unwrap() && short_enough,
+                normalize_email(&email).is_ok(),
+                "{:?}",
+                email
+            );
+        }
     }
 }
