@@ -76,6 +76,8 @@ pub(crate) async fn usage_response(
 
 #[cfg(test)]
 mod tests {
+    use utoipa::OpenApi;
+
     use super::*;
 
     fn month(text: &str) -> Result<Month, ApiError> {
@@ -100,6 +102,27 @@ mod tests {
             "9999-12", "0000-12", "2026-13", "2026-00", "2026-1", "", "+202-01",
         ] {
             assert!(matches!(month(bad), Err(ApiError::Validation(_))), "{bad}");
+        }
+    }
+
+    /// The `month` pattern as `/openapi.json` states it, compiled once.
+    fn documented_pattern() -> &'static fancy_regex::Regex {
+        static PATTERN: std::sync::LazyLock<fancy_regex::Regex> = std::sync::LazyLock::new(|| {
+            let doc = serde_json::to_value(crate::http::openapi::ApiDoc::openapi()).unwrap();
+            let month = &doc["paths"]["/account/v1/usage"]["get"]["parameters"][0];
+            fancy_regex::Regex::new(month["schema"]["pattern"].as_str().unwrap()).unwrap()
+        });
+        &PATTERN
+    }
+
+    proptest::proptest! {
+        /// The documented pattern is the handler's rule, in the engine the fuzz suite uses.
+        #[test]
+        fn prop_the_documented_month_pattern_is_the_handlers_rule(
+            text in "[0-9+ -]{0,3}[0-9]{0,5}-?[0-9]{0,3}|[09]{4}-(0[0-9]|1[0-3])",
+        ) {
+            let matches = documented_pattern().is_match(&text).unwrap();
+            proptest::prop_assert_eq!(matches, month(&text).is_ok(), "{:?}", text);
         }
     }
 

@@ -240,3 +240,73 @@ mod tests {
         assert!(validate(req("  ", 10, None), Utc::now()).is_err());
     }
 }
+
+/// The documented plan pattern is `validate`'s rule, checked with the engine the fuzz
+/// suite validates with.
+#[cfg(test)]
+mod prop_tests {
+    use proptest::prelude::*;
+    use utoipa::PartialSchema;
+
+    use super::*;
+
+    /// The pattern as `/openapi.json` states it, compiled once.
+    fn documented_pattern() -> &'static fancy_regex::Regex {
+        static PATTERN: std::sync::LazyLock<fancy_regex::Regex> = std::sync::LazyLock::new(|| {
+            let schema = serde_json::to_value(SubscriptionRequest::schema()).unwrap();
+            fancy_regex::Regex::new(schema["properties"]["plan"]["pattern"].as_str().unwrap())
+                .unwrap()
+        });
+        &PATTERN
+    }
+
+    /// Whitespace of every kind Rust's `trim` knows, and two it does not.
+    fn space() -> impl Strategy<Value = char> {
+        prop::sample::select(vec![
+            ' ', '\t', '\n', '\r', '\u{b}', '\u{c}', '\u{85}', '\u{a0}', '\u{1680}', '\u{2000}',
+            '\u{200a}', '\u{2028}', '\u{2029}', '\u{202f}', '\u{205f}', '\u{3000}', '\u{feff}',
+            '\u{200b}',
+        ])
+    }
+
+    fn plan_char() -> impl Strategy<Value = char> {
+        prop_oneof![
+            8 => prop::sample::select(vec!['p', 'R', 'o', 'f', 'F', 'r', 'e', 'E', '-', 'é', 'İ']),
+            2 => space(),
+            1 => prop::sample::select(vec!['\0', '\u{1}', '\u{1f}', '\u{7f}', '\u{9f}']),
+            1 => any::<char>(),
+        ]
+    }
+
+    fn plan_like() -> impl Strategy<Value = String> {
+        let pad = || prop::collection::vec(space(), 0..3).prop_map(String::from_iter);
+        let core = prop_oneof![
+            prop::sample::select(vec!["free", "FREE", "fRee", "pro", "x"]).prop_map(str::to_owned),
+            prop::collection::vec(plan_char(), 0..8).prop_map(String::from_iter),
+            (1..=MAX_PLAN_CHARS + 2).prop_map(|n| "p".repeat(n)),
+            (1..=MAX_PLAN_CHARS + 2).prop_map(|n| format!("é{}é", " ".repeat(n))),
+        ];
+        (pad(), core, pad()).prop_map(|(a, b, c)| format!("{a}{b}{c}"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        #[test]
+        fn the_documented_plan_pattern_is_the_handlers_rule(plan in plan_like()) {
+            let pattern = documented_pattern();
+            let request = SubscriptionRequest {
+                plan: plan.clone(),
+                monthly_allowance: 10,
+                starts_at: None,
+                expires_at: None,
+            };
+            prop_assert_eq!(
+                pattern.is_match(&plan).unwrap(),
+                validate(request, Utc::now()).is_ok(),
+                "{:?}",
+                plan
+            );
+        }
+    }
+}
