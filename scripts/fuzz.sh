@@ -4,7 +4,8 @@
 #   2. a gateway with a local upstream, like scripts/demo.sh but on its own ports and its
 #      own database (PostgreSQL is started when none answers);
 #   3. schemathesis (installed into .tollgate/venv when missing) against the gateway's
-#      /openapi.json with every check, authenticated as a fresh account and as the admin.
+#      /openapi.json with every check, authenticated as the account of the document's
+#      login example (signed up first) and as the admin.
 # Ends with one summary line; exits non-zero when a property test failed, the gateway
 # answered a 5xx, or an answer broke the document (undocumented status, body not matching
 # its schema, valid data refused, invalid data accepted, ...). Stops everything it started.
