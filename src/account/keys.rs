@@ -16,13 +16,19 @@ use crate::state::AppState;
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct KeyCreated {
+    #[schema(minimum = 1)]
     pub key_id: i64,
+    /// Shown once; only its hash is kept.
+    #[schema(pattern = "^tgk_[A-Za-z0-9]{40}$")]
     pub api_key: String,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct KeySummary {
+    #[schema(minimum = 1)]
     pub key_id: i64,
+    /// The key's first characters, to tell keys apart.
+    #[schema(pattern = "^tgk_[A-Za-z0-9]{8}$")]
     pub prefix: String,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
@@ -49,9 +55,11 @@ pub(super) async fn insert_key(
 #[utoipa::path(post, path = "/account/v1/keys", tag = "account",
     security(("session" = [])),
     responses(
-        (status = 201, body = KeyCreated),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 409, description = "KEY_LIMIT: account.max_keys unrevoked keys already", body = ErrorBody),
+        (status = 201, description = "The new key; `api_key` is shown this once", body = KeyCreated),
+        (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
+        (status = 409, description = "KEY_LIMIT: the account holds `account.max_keys` unrevoked keys", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn create_key(
     State(state): State<AppState>,
@@ -91,6 +99,7 @@ const DEFAULT_PAGE: u32 = 100;
 const MAX_PAGE: u32 = 1000;
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct KeyPage {
     /// Keys per page, 1-1000; 100 when absent.
     pub limit: Option<u32>,
@@ -104,9 +113,11 @@ pub struct KeyPage {
     security(("session" = [])),
     params(KeyPage),
     responses(
-        (status = 200, body = [KeySummary]),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+        (status = 200, description = "Every key of the account, revoked ones included", body = [KeySummary]),
+        (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `limit` must be 1 to 1000, `after` a key id", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn list_keys(
     State(state): State<AppState>,
@@ -142,11 +153,13 @@ pub async fn list_keys(
 /// nothing (still `204`): its revocation time stays, and no cache hears of it.
 #[utoipa::path(delete, path = "/account/v1/keys/{key_id}", tag = "account",
     security(("session" = [])),
-    params(("key_id" = i64, Path)),
+    params(("key_id" = i64, Path, description = "A `key_id` of this account")),
     responses(
-        (status = 204),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 404, description = "KEY_NOT_FOUND", body = ErrorBody),
+        (status = 204, description = "Revoked (or already revoked)"),
+        (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
+        (status = 404, description = "KEY_NOT_FOUND: no key of this account has this id (any id that is not an integer included)", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn revoke_key(
     State(state): State<AppState>,

@@ -13,12 +13,16 @@ use crate::state::AppState;
 use crate::usage::{self, UsageReport};
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct MonthQuery {
     /// `YYYY-MM`, from 1970-01 to 9999-11; the current UTC month when absent.
+    #[param(value_type = String, required = false, pattern = "^(?!9999-12)(19[7-9][0-9]|[2-9][0-9]{3})-(0[1-9]|1[0-2])$", example = "2026-11")]
     pub month: Option<String>,
 }
 
-/// Parses `?month=`; the current month when absent.
+/// Parses `?month=`; the current month when absent. A month must start and end in years
+/// 1 to 9999 (the range of every instant tollgate takes or shows), so that `month_start`
+/// and `month_end` are RFC 3339: `9999-12` would end in year 10000.
 pub fn month_or_current(query: &MonthQuery, now: DateTime<Utc>) -> Result<Month, ApiError> {
     match query.month.as_deref() {
         None => Ok(Month::containing(now)),
@@ -33,9 +37,11 @@ pub fn month_or_current(query: &MonthQuery, now: DateTime<Utc>) -> Result<Month,
     security(("session" = []), ("api_key" = [])),
     params(MonthQuery),
     responses(
-        (status = 200, body = UsageReport),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+        (status = 200, description = "The caller's usage object", body = UsageReport),
+        (status = 401, description = "UNAUTHORIZED: neither a valid session token nor a valid API key", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `month` is not `YYYY-MM` from 0001-01 to 9999-11", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn usage(
     State(state): State<AppState>,
@@ -64,4 +70,68 @@ pub(crate) async fn usage_response(
     .await?
     .map(Json)
     .ok_or(ApiError::AccountNotFound)
+}
+
+#[cfg(test)]
+mod tests {
+    use utoipa::OpenApi;
+
+    use super::*;
+
+    fn month(text: &str) -> Result<Month, ApiError> {
+        let query = MonthQuery {
+            month: Some(text.into()),
+        };
+        month_or_current(&query, Utc::now())
+    }
+
+    #[test]
+    fn months_are_yyyy_mm_whose_bounds_rfc_3339_can_write() {
+        assert_eq!(month("2026-11").unwrap().to_string(), "2026-11");
+        assert_eq!(
+            month("1970-01").unwrap().start().to_rfc3339(),
+            "1970-01-01T00:00:00+00:00"
+        );
+        assert_eq!(
+            month("9999-11").unwrap().end().to_rfc3339(),
+            "9999-12-01T00:00:00+00:00"
+        );
+        for bad in [
+            "9999-12", "0000-12", "0001-01", "1969-12", "2026-13", "2026-00", "2026-1", "",
+            "+202-01",
+        ] {
+            assert!(matches!(month(bad), Err(ApiError::Validation(_))), "{bad}");
+        }
+    }
+
+    /// The `month` pattern as `/openapi.json` states it, compiled once.
+    fn documented_pattern() -> &'static fancy_regex::Regex {
+        static PATTERN: std::sync::LazyLock<fancy_regex::Regex> = std::sync::LazyLock::new(|| {
+            let doc = serde_json::to_value(crate::http::openapi::ApiDoc::openapi()).unwrap();
+            let month = &doc["paths"]["/account/v1/usage"]["get"]["parameters"][0];
+            fancy_regex::Regex::new(month["schema"]["pattern"].as_str().unwrap()).unwrap()
+        });
+        &PATTERN
+    }
+
+    proptest::proptest! {
+        /// The documented pattern is the handler's rule, in the engine the fuzz suite uses.
+        #[test]
+        fn prop_the_documented_month_pattern_is_the_handlers_rule(
+            text in "[0-9+ -]{0,3}[0-9]{0,5}-?[0-9]{0,3}|[09]{4}-(0[0-9]|1[0-3])",
+        ) {
+            let matches = documented_pattern().is_match(&text).unwrap();
+            proptest::prop_assert_eq!(matches, month(&text).is_ok(), "{:?}", text);
+        }
+    }
+
+    #[test]
+    fn no_month_is_the_current_one() {
+        let now: DateTime<Utc> = "2026-02-28T23:59:59Z".parse().unwrap();
+        let query = MonthQuery { month: None };
+        assert_eq!(
+            month_or_current(&query, now).unwrap().to_string(),
+            "2026-02"
+        );
+    }
 }

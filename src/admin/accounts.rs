@@ -19,6 +19,7 @@ pub const MAX_LIMIT: i64 = 200;
 const DEFAULT_LIMIT: i64 = 50;
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AccountListQuery {
     /// A part of the email, or an account id.
     pub q: Option<String>,
@@ -52,9 +53,11 @@ pub struct AccountList {
     security(("admin" = [])),
     params(AccountListQuery),
     responses(
-        (status = 200, body = AccountList),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+        (status = 200, description = "A page of accounts, in id order", body = AccountList),
+        (status = 401, description = "UNAUTHORIZED: missing or wrong admin token", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `limit` is not 1 to 200, or `cursor` is not one this API gave", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn list_accounts(
     _admin: AdminPrincipal,
@@ -126,10 +129,12 @@ pub struct DayEntry {
     security(("admin" = [])),
     params(("account_id" = i64, Path), MonthQuery),
     responses(
-        (status = 200, body = DailyUsage),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 404, description = "ACCOUNT_NOT_FOUND", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+        (status = 200, description = "One entry per UTC day of the month up to today", body = DailyUsage),
+        (status = 401, description = "UNAUTHORIZED: missing or wrong admin token", body = ErrorBody),
+        (status = 404, description = "ACCOUNT_NOT_FOUND: no account has this id (any id that is not an integer included)", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `month` is not `YYYY-MM` from 1970-01 to 9999-11", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn daily_usage(
     _admin: AdminPrincipal,

@@ -41,10 +41,15 @@ pub struct GrantCreated {
     params(("account_id" = i64, Path)),
     request_body = GrantRequest,
     responses(
-        (status = 201, body = GrantCreated),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 404, description = "ACCOUNT_NOT_FOUND", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED", body = ErrorBody),
+        (status = 201, description = "The top-up", body = GrantCreated),
+        (status = 400, description = "MALFORMED_JSON: the body is not JSON", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED: missing or wrong admin token", body = ErrorBody),
+        (status = 404, description = "ACCOUNT_NOT_FOUND: no account has this id (any id that is not an integer included)", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: the body exceeds 16 KiB", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: content-type is not application/json", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `calls` below 1, an unknown field, or `expires_at` not in the future", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn create_grant(
     _admin: AdminPrincipal,

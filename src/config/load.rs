@@ -14,9 +14,10 @@ use serde::Deserialize;
 
 use super::{Config, LOCAL_PROFILE, UsageTransport};
 
-/// A configuration problem, worded as the one line an operator sees.
+/// A configuration problem, worded as the one line an operator sees (values quoted in
+/// it cannot break the line: see [`one_line`]).
 #[derive(Debug, thiserror::Error)]
-#[error("configuration error: {0}")]
+#[error("configuration error: {}", one_line(.0))]
 pub struct ConfigError(String);
 
 /// The inputs of [`Config::load`], separate from the process so tests can vary them.
@@ -434,8 +435,10 @@ fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> 
         .then(|| &name[prefix.len()..])
 }
 
-/// Joins the lines of `text`, leaving out the source excerpts of a TOML parse error
-/// (`1 | [server`, `  |        ^`).
+/// Joins the lines of `text` with `; `, leaving out the source excerpts of a TOML parse
+/// error (`1 | [server`, `  |        ^`), and escapes what could still break the line or
+/// the terminal (a `\r` or another control character, U+2028, U+2029), which a quoted
+/// value may hold.
 fn one_line(text: &str) -> String {
     let excerpt = |l: &str| {
         l.trim_start_matches(|c: char| c.is_ascii_digit())
@@ -447,6 +450,15 @@ fn one_line(text: &str) -> String {
         .filter(|l| !l.is_empty() && !excerpt(l))
         .collect::<Vec<_>>()
         .join("; ")
+        .chars()
+        .map(|c| {
+            if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -518,5 +530,31 @@ mod tests {
             ),
             "TOML parse error at line 1, column 8; invalid table header"
         );
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(
+            one_line("`x\ry`\u{2028}z\u{1b}"),
+            "`x\\ry`\\u{2028}z\\u{1b}"
+        );
+    }
+
+    #[test]
+    fn a_value_with_a_line_break_cannot_break_the_error_line() {
+        let sources = Sources {
+            env: vec![(
+                "TOLLGATE__UPSTREAM__KEY_HEADER".into(),
+                "x-api-key\nx-forged: yes".into(),
+            )],
+            dir: DEFAULT_DIR.into(),
+            ..Default::default()
+        };
+        let line = Config::load(&sources).unwrap_err().to_string();
+        assert!(
+            line.starts_with("configuration error: upstream.key_header"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'), "{line}");
     }
 }

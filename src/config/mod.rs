@@ -14,6 +14,8 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 mod load;
+#[cfg(test)]
+mod prop_tests;
 
 pub use load::{ConfigError, Sources};
 use load::{cidr_list, lenient};

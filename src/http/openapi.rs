@@ -91,3 +91,150 @@ pub async fn serve(
 ) -> Json<utoipa::openapi::OpenApi> {
     Json(document(&state.config))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::account::MAX_BODY_BYTES;
+    use crate::account::signup::{MAX_EMAIL_CHARS, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
+    use crate::admin::handlers::MAX_PLAN_CHARS;
+
+    /// The whole document, admin API included.
+    fn document() -> Value {
+        let mut config = crate::config::Config::default();
+        config.admin.token = Some("token".to_owned().into());
+        serde_json::to_value(super::document(&config)).expect("the document serializes")
+    }
+
+    /// `(method, path, operation)` of every operation in the document.
+    fn operations(doc: &Value) -> Vec<(String, String, Value)> {
+        let mut out = Vec::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("path item") {
+                out.push((method.to_uppercase(), path.clone(), operation.clone()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_operation_documents_every_error_it_can_answer() {
+        let doc = document();
+        let operations = operations(&doc);
+        assert_eq!(operations.len(), 12, "an operation was added or lost");
+        for (method, path, operation) in operations {
+            let responses = operation["responses"].as_object().expect("responses");
+            let missing = |statuses: &[&str]| -> Vec<String> {
+                statuses
+                    .iter()
+                    .filter(|s| !responses.contains_key(**s))
+                    .map(|s| s.to_string())
+                    .collect()
+            };
+            let takes_json = operation["requestBody"]["content"]
+                .get("application/json")
+                .is_some();
+            if takes_json {
+                let lacking = missing(&["400", "413", "415", "422"]);
+                assert!(lacking.is_empty(), "{method} {path} lacks {lacking:?}");
+            }
+            let needs_auth = operation["security"]
+                .as_array()
+                .is_some_and(|schemes| !schemes.is_empty());
+            if needs_auth {
+                assert!(missing(&["401"]).is_empty(), "{method} {path} lacks 401");
+            }
+            let lacking = missing(&["500", "503"]);
+            assert!(lacking.is_empty(), "{method} {path} lacks {lacking:?}");
+            if path.contains('{') {
+                assert!(missing(&["404"]).is_empty(), "{method} {path} lacks 404");
+            }
+
+            for (status, response) in responses {
+                if status.as_str() < "400" {
+                    continue;
+                }
+                assert_eq!(
+                    response["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorBody",
+                    "{method} {path} {status} has another body"
+                );
+                let description = response["description"].as_str().unwrap_or_default();
+                let code = description.split(':').next().unwrap_or_default();
+                assert!(
+                    !code.is_empty() && code.chars().all(|c| c.is_ascii_uppercase() || c == '_'),
+                    "{method} {path} {status} does not name its code: {description:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn request_schemas_carry_the_handlers_limits() {
+        let doc = document();
+        let schemas = &doc["components"]["schemas"];
+
+        let signup = &schemas["SignupRequest"]["properties"];
+        assert_eq!(signup["password"]["minLength"], MIN_PASSWORD_CHARS);
+        assert_eq!(signup["password"]["maxLength"], MAX_PASSWORD_CHARS);
+        assert_eq!(signup["email"]["maxLength"], MAX_EMAIL_CHARS);
+        assert!(signup["email"]["pattern"].is_string());
+        // Signup ignores unknown fields, so the schema must not refuse them.
+        assert_ne!(schemas["SignupRequest"]["additionalProperties"], false);
+
+        let login = &schemas["LoginRequest"]["properties"];
+        assert_eq!(login["password"]["maxLength"], MAX_PASSWORD_CHARS);
+        assert_eq!(login["email"]["maxLength"], MAX_EMAIL_CHARS);
+
+        let subscription = &schemas["SubscriptionRequest"];
+        assert_eq!(subscription["additionalProperties"], false);
+        let fields = &subscription["properties"];
+        assert_eq!(fields["monthly_allowance"]["minimum"], 0);
+        let plan = fields["plan"]["pattern"].as_str().expect("plan pattern");
+        assert!(plan.contains(&format!("{{0,{}}}", MAX_PLAN_CHARS - 2)));
+        for field in ["starts_at", "expires_at"] {
+            assert_eq!(fields[field]["format"], "date-time", "{field}");
+        }
+    }
+
+    #[test]
+    fn the_body_limit_named_in_the_document_is_the_one_enforced() {
+        assert_eq!(MAX_BODY_BYTES, 16 * 1024);
+        let doc = document();
+        for (method, path, operation) in operations(&doc) {
+            if let Some(too_large) = operation["responses"].get("413") {
+                let description = too_large["description"].as_str().unwrap_or_default();
+                assert!(description.contains("16 KiB"), "{method} {path}");
+            }
+        }
+    }
+
+    #[test]
+    fn parameters_are_where_the_handlers_read_them() {
+        let doc = document();
+        for (method, path, operation) in operations(&doc) {
+            for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                let name = parameter["name"].as_str().expect("parameter name");
+                if parameter["in"] == "path" {
+                    assert!(
+                        path.contains(&format!("{{{name}}}")),
+                        "{method} {path} {name}"
+                    );
+                    assert_eq!(parameter["schema"]["type"], "integer", "{method} {path}");
+                }
+                if name == "month" {
+                    assert_eq!(parameter["in"], "query", "{method} {path}");
+                    assert_ne!(parameter["required"], true, "{method} {path}");
+                    assert_eq!(parameter["schema"]["type"], "string", "{method} {path}");
+                    assert_eq!(
+                        parameter["schema"]["pattern"],
+                        "^(?!9999-12)(19[7-9][0-9]|[2-9][0-9]{3})-(0[1-9]|1[0-2])$",
+                        "{method} {path}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -21,17 +21,24 @@ use crate::month::{Day, Month};
 /// The usage object of SPEC §3.4.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
 pub struct UsageReport {
+    #[schema(minimum = 1)]
     pub account_id: i64,
     /// First instant of the UTC month (inclusive).
     pub month_start: DateTime<Utc>,
     /// First instant of the next UTC month (exclusive).
     pub month_end: DateTime<Utc>,
+    /// The active subscription's plan; `free` when no paid one is active.
     pub plan: String,
+    #[schema(minimum = 0)]
     pub allowance: i64,
-    /// Units accounted in the month (a call costs 1 unless priced otherwise).
+    /// Units accounted in the month (a call costs 1 unless priced otherwise); may
+    /// exceed `allowance`: soft throttling admits some calls past it.
+    #[schema(minimum = 0)]
     pub used: i64,
     /// `max(0, allowance - used) + credits`.
+    #[schema(minimum = 0)]
     pub remaining: i64,
+    /// `remaining == 0`.
     pub exhausted: bool,
     /// Top-up units left.
     pub credits: i64,
