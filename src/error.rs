@@ -29,6 +29,8 @@ pub enum ApiError {
     Throttled,
     #[error("quota exceeded")]
     QuotaExceeded { retry_after: i64 },
+    #[error("too many requests")]
+    TooManyRequests { retry_after_secs: u64 },
     #[error("email taken")]
     EmailTaken,
     #[error("validation failed: {0}")]
@@ -45,6 +47,12 @@ pub enum ApiError {
     AccountNotFound,
     #[error("key not found")]
     KeyNotFound,
+    #[error("redemption code not found")]
+    CodeNotFound,
+    #[error("redemption code already used")]
+    CodeUsed,
+    #[error("redemption code expired")]
+    CodeExpired,
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("upstream unavailable: {0}")]
@@ -68,6 +76,7 @@ impl ApiError {
             InvalidCredentials => (StatusCode::UNAUTHORIZED, "INVALID_CREDENTIALS"),
             Throttled => (StatusCode::TOO_MANY_REQUESTS, "REQUEST_THROTTLED"),
             QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "QUOTA_EXCEEDED"),
+            TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_REQUESTS"),
             EmailTaken => (StatusCode::CONFLICT, "EMAIL_TAKEN"),
             Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED"),
             MalformedJson(_) => (StatusCode::BAD_REQUEST, "MALFORMED_JSON"),
@@ -76,6 +85,9 @@ impl ApiError {
             NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             AccountNotFound => (StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND"),
             KeyNotFound => (StatusCode::NOT_FOUND, "KEY_NOT_FOUND"),
+            CodeNotFound => (StatusCode::NOT_FOUND, "CODE_NOT_FOUND"),
+            CodeUsed => (StatusCode::CONFLICT, "CODE_USED"),
+            CodeExpired => (StatusCode::GONE, "CODE_EXPIRED"),
             MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
             UpstreamUnavailable(_) => (StatusCode::BAD_GATEWAY, "UPSTREAM_UNAVAILABLE"),
             UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "UPSTREAM_TIMEOUT"),
@@ -93,6 +105,9 @@ impl ApiError {
         match self {
             ApiError::Throttled => Some(1),
             ApiError::QuotaExceeded { retry_after } => Some(*retry_after),
+            ApiError::TooManyRequests { retry_after_secs } => {
+                Some(i64::try_from(*retry_after_secs).unwrap_or(i64::MAX).max(1))
+            }
             _ => None,
         }
     }
@@ -105,6 +120,7 @@ impl ApiError {
             InvalidCredentials => "Email or password is wrong.".into(),
             Throttled => "Request throttled. Please try again.".into(),
             QuotaExceeded { .. } => "Quota exceeded for this period.".into(),
+            TooManyRequests { .. } => "Too many requests. Please try again later.".into(),
             EmailTaken => "An account with this email already exists.".into(),
             Validation(why) => why.clone(),
             MalformedJson(why) => format!("Request body is not valid JSON: {why}"),
@@ -113,6 +129,9 @@ impl ApiError {
             NotFound => "No such route.".into(),
             AccountNotFound => "No such account.".into(),
             KeyNotFound => "No such API key.".into(),
+            CodeNotFound => "No such redemption code.".into(),
+            CodeUsed => "This redemption code has already been used.".into(),
+            CodeExpired => "This redemption code has expired.".into(),
             MethodNotAllowed => "This method is not allowed here.".into(),
             UpstreamUnavailable(_) => "The upstream API is unreachable.".into(),
             UpstreamTimeout => "The upstream API did not answer in time.".into(),

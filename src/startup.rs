@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::key_cache::KeyCache;
+use crate::auth::limits::FailureLimiter;
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
 use crate::config::{Config, MarkerStoreKind};
 use crate::proxy::pricing::Pricing;
@@ -181,7 +182,10 @@ impl Gateway {
             free_monthly_calls: config.usage.free_monthly_calls,
             metering: config.usage_check.enabled,
         };
+        let redeem_limits =
+            FailureLimiter::per_hour("redeem", config.account.login_failures_per_hour);
         let state = AppState::new(Shared {
+            redeem_limits,
             quota,
             pricing,
             allocation,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use crate::auth::key_cache::KeyCache;
+use crate::auth::limits::FailureLimiter;
 use crate::config::Config;
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
@@ -37,6 +38,8 @@ pub struct Shared {
     pub allocation: Allocation,
     /// API-key lookups of this replica (disabled: every call asks PostgreSQL).
     pub keys: KeyCache,
+    /// Failed code redemptions of this replica, per account and per client address.
+    pub redeem_limits: FailureLimiter,
 }
 
 impl AppState {

@@ -173,6 +173,12 @@ impl Config {
                 "pricing.cost_header `{name}` is not a valid header name"
             ));
         }
+        if self.account.login_failures_per_hour == 0 {
+            return fail("account.login_failures_per_hour must be at least 1".into());
+        }
+        if let Err(problem) = super::plans::validate_plans(&self.plans) {
+            return fail(problem);
+        }
         // PostgreSQL reads a lock_timeout of 0 as "wait for ever".
         if self.usage_check.lock_timeout_ms == 0 {
             return fail("usage_check.lock_timeout_ms must be positive".into());

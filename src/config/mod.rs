@@ -13,9 +13,11 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 mod load;
+mod plans;
 
 use load::lenient;
 pub use load::{ConfigError, Sources};
+pub use plans::{MAX_PLAN_CHARS, PlanConfig, plan_name_problem};
 
 /// The profile that turns metering and throttling off for development.
 pub const LOCAL_PROFILE: &str = "local";
@@ -35,6 +37,8 @@ pub struct Config {
     pub usage: UsageConfig,
     pub cloudflare: CloudflareConfig,
     pub pricing: PricingConfig,
+    /// The plan catalogue (`[[plans]]`).
+    pub plans: Vec<PlanConfig>,
     pub log: LogConfig,
     /// The value of `TOLLGATE_PROFILE`, if any; not a file key.
     #[serde(skip)]
@@ -123,12 +127,17 @@ pub struct AccountConfig {
     /// Lifetime of a login session token.
     #[serde(deserialize_with = "lenient")]
     pub session_ttl_seconds: u64,
+    /// Failed attempts per account and per client address in an hour; more answer
+    /// `429 TOO_MANY_REQUESTS`. Failed code redemptions count here (SPEC §11).
+    #[serde(deserialize_with = "lenient")]
+    pub login_failures_per_hour: u32,
 }
 
 impl Default for AccountConfig {
     fn default() -> Self {
         Self {
             session_ttl_seconds: 24 * 3600,
+            login_failures_per_hour: 10,
         }
     }
 }

@@ -4,9 +4,9 @@ use axum::Json;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::account::{keys, signup, usage};
+use crate::account::{keys, plans, redeem, signup, usage};
 use crate::admin::handlers as admin;
-use crate::admin::{accounts as admin_accounts, topups as admin_topups};
+use crate::admin::{accounts as admin_accounts, codes as admin_codes, topups as admin_topups};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,12 +18,15 @@ use crate::admin::{accounts as admin_accounts, topups as admin_topups};
         keys::create_key,
         keys::list_keys,
         keys::revoke_key,
+        plans::list_plans,
+        redeem::redeem,
         admin::create_subscription,
         admin::account_usage,
         admin::reconcile,
         admin_topups::create_grant,
         admin_accounts::list_accounts,
         admin_accounts::daily_usage,
+        admin_codes::create_codes,
     ),
     modifiers(&Security),
 )]
