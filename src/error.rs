@@ -53,6 +53,8 @@ pub enum ApiError {
     CodeUsed,
     #[error("redemption code expired")]
     CodeExpired,
+    #[error("bad webhook signature: {0}")]
+    BadSignature(&'static str),
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("upstream unavailable: {0}")]
@@ -88,6 +90,7 @@ impl ApiError {
             CodeNotFound => (StatusCode::NOT_FOUND, "CODE_NOT_FOUND"),
             CodeUsed => (StatusCode::CONFLICT, "CODE_USED"),
             CodeExpired => (StatusCode::GONE, "CODE_EXPIRED"),
+            BadSignature(_) => (StatusCode::BAD_REQUEST, "BAD_SIGNATURE"),
             MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
             UpstreamUnavailable(_) => (StatusCode::BAD_GATEWAY, "UPSTREAM_UNAVAILABLE"),
             UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "UPSTREAM_TIMEOUT"),
@@ -132,6 +135,7 @@ impl ApiError {
             CodeNotFound => "No such redemption code.".into(),
             CodeUsed => "This redemption code has already been used.".into(),
             CodeExpired => "This redemption code has expired.".into(),
+            BadSignature(_) => "The webhook signature is missing, invalid or stale.".into(),
             MethodNotAllowed => "This method is not allowed here.".into(),
             UpstreamUnavailable(_) => "The upstream API is unreachable.".into(),
             UpstreamTimeout => "The upstream API did not answer in time.".into(),

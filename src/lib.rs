@@ -2,7 +2,8 @@
 //!
 //! The crate is organised by concept, and a request walks downhill through it:
 //! [`startup`] wires everything and serves [`http::router`]; [`http`] routes to
-//! [`account`] and [`admin`] (the JSON APIs) and [`proxy`] (metered forwarding); those
+//! [`account`] and [`admin`] (the JSON APIs), [`billing`] (payment webhooks) and
+//! [`proxy`] (metered forwarding); those
 //! rely on [`auth`] (who is calling) and [`usage`] (every quota decision); usage tells
 //! [`throttle`] (admission and exhaustion markers) what to mark, and the throttler
 //! alone talks to [`cloudflare`] (the KV REST client). [`state`], [`error`],
@@ -12,6 +13,7 @@
 pub mod account;
 pub mod admin;
 pub mod auth;
+pub mod billing;
 pub mod cloudflare;
 pub mod config;
 pub mod db;

@@ -108,6 +108,15 @@ impl Config {
         {
             config.admin.token = None;
         }
+        // Likewise an empty signing secret means no payment webhooks.
+        if config
+            .billing
+            .stripe_webhook_secret
+            .as_ref()
+            .is_some_and(|t| t.expose_secret().trim().is_empty())
+        {
+            config.billing.stripe_webhook_secret = None;
+        }
         config.validate()?;
         Ok(config)
     }

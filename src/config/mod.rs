@@ -17,7 +17,7 @@ mod plans;
 
 use load::lenient;
 pub use load::{ConfigError, Sources};
-pub use plans::{MAX_PLAN_CHARS, PlanConfig, plan_name_problem};
+pub use plans::{BillingConfig, MAX_PLAN_CHARS, PlanConfig, plan_name_problem};
 
 /// The profile that turns metering and throttling off for development.
 pub const LOCAL_PROFILE: &str = "local";
@@ -39,6 +39,7 @@ pub struct Config {
     pub pricing: PricingConfig,
     /// The plan catalogue (`[[plans]]`).
     pub plans: Vec<PlanConfig>,
+    pub billing: BillingConfig,
     pub log: LogConfig,
     /// The value of `TOLLGATE_PROFILE`, if any; not a file key.
     #[serde(skip)]

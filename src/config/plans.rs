@@ -1,4 +1,4 @@
-//! The plan catalogue (`[[plans]]`), SPEC §2 and §11.
+//! The plan catalogue (`[[plans]]`) and the payment section (`[billing]`), SPEC §2 and §11.
 //!
 //! A catalogue plan is a named set of figures customers can see, operators can grant
 //! by name, redemption codes are minted for, and payment events activate (by name, or
@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 
+use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::Config;
@@ -31,6 +32,15 @@ pub struct PlanConfig {
     /// The payment provider's price (Stripe `price_…`) that pays for this plan.
     #[serde(default)]
     pub price_id: Option<String>,
+}
+
+/// `[billing]`: payment webhooks.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BillingConfig {
+    /// The endpoint's signing secret (`whsec_…`); unset or blank = `/billing/v1/stripe`
+    /// absent.
+    pub stripe_webhook_secret: Option<SecretString>,
 }
 
 /// Why `name` cannot be a plan name: it must have 1 to 64 characters, none of them

@@ -7,10 +7,11 @@ use utoipa::{Modify, OpenApi};
 use crate::account::{keys, plans, redeem, signup, usage};
 use crate::admin::handlers as admin;
 use crate::admin::{accounts as admin_accounts, codes as admin_codes, topups as admin_topups};
+use crate::billing::webhook as billing;
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "tollgate", description = "Account and admin API of the tollgate metering gateway."),
+    info(title = "tollgate", description = "Account, admin and billing API of the tollgate metering gateway."),
     paths(
         signup::signup,
         signup::login,
@@ -27,6 +28,7 @@ use crate::admin::{accounts as admin_accounts, codes as admin_codes, topups as a
         admin_accounts::list_accounts,
         admin_accounts::daily_usage,
         admin_codes::create_codes,
+        billing::stripe_webhook,
     ),
     modifiers(&Security),
 )]

@@ -4,6 +4,7 @@
 //! [`listener`] turns them into ledger rows and counters and tells the throttler when
 //! an account's current month is used up.
 
+pub mod endings;
 pub mod event;
 pub mod grants;
 pub mod ledger;
