@@ -22,6 +22,9 @@ done
 GATEWAY_ADDR=${TOLLGATE_DEMO_ADDR:-127.0.0.1:8080}
 UPSTREAM_ADDR=${TOLLGATE_DEMO_UPSTREAM:-127.0.0.1:9000}
 METRICS_ADDR=${TOLLGATE_DEMO_METRICS:-127.0.0.1:9090}
+DATABASE=${TOLLGATE_DEMO_DATABASE:-tollgate_demo}
+# The plan catalogue ([[plans]] cannot come from environment variables).
+DEMO_CONFIG=scripts/demo.toml
 ADMIN_TOKEN=demo-admin-token
 LOG_DIR=.tollgate/demo
 mkdir -p "$LOG_DIR"
@@ -42,17 +45,18 @@ trap cleanup EXIT INT TERM
 target/debug/examples/demo_upstream "$UPSTREAM_ADDR" >"$LOG_DIR/upstream.log" 2>&1 &
 PIDS+=($!)
 
-export TOLLGATE__DATABASE__URL="postgres://postgres@127.0.0.1:${PGPORT:-5432}/tollgate_demo"
+export TOLLGATE__DATABASE__URL="postgres://postgres@127.0.0.1:${PGPORT:-5432}/$DATABASE"
 export TOLLGATE__SERVER__LISTEN="$GATEWAY_ADDR"
 export TOLLGATE__SERVER__METRICS_LISTEN="$METRICS_ADDR"
 export TOLLGATE__UPSTREAM__BASE_URL="http://$UPSTREAM_ADDR"
 export TOLLGATE__UPSTREAM__SHARED_SECRET=demo-shared-secret
 export TOLLGATE__ADMIN__TOKEN=$ADMIN_TOKEN
 export TOLLGATE__THROTTLE__STORE=memory
+export TOLLGATE__BILLING__STRIPE_WEBHOOK_SECRET=whsec_demo
 if [ "$MODE" = local ]; then export TOLLGATE_PROFILE=local; fi
 
-target/debug/tollgate migrate
-target/debug/tollgate serve >"$LOG_DIR/gateway.log" 2>&1 &
+target/debug/tollgate migrate --config "$DEMO_CONFIG"
+target/debug/tollgate serve --config "$DEMO_CONFIG" >"$LOG_DIR/gateway.log" 2>&1 &
 PIDS+=($!)
 
 for _ in $(seq 1 100); do
