@@ -226,3 +226,27 @@ async fn a_signed_body_that_is_not_an_event_is_malformed_json() {
         .await;
     assert_error(res, 400, "MALFORMED_JSON").await;
 }
+
+#[tokio::test]
+async fn with_the_database_down_a_good_event_gets_503_so_stripe_retries() {
+    let db = std::sync::Arc::new(TestDb::new().await);
+    let upstream = std::sync::Arc::new(
+        tollgate_testkit::upstream::UpstreamServer::start()
+            .await
+            .unwrap(),
+    );
+    let mut config = test_config(&db, &upstream);
+    with_catalogue(&mut config);
+    let dead = tollgate::db::connect_lazy(
+        &secrecy::SecretString::from("postgres://postgres@127.0.0.1:1/none"),
+        2,
+        Duration::from_millis(500),
+    )
+    .unwrap();
+    let app = spawn_with_pool(db, upstream, config, dead).await;
+    let body = checkout("evt_down", "1", "pro", "cus_A").to_string();
+    let t = Utc::now().timestamp();
+    let header = format!("t={t},v1={}", v1(SECRET, t, body.as_bytes()));
+    let res = app.post_stripe(body.as_bytes(), Some(header)).await;
+    assert_error(res, 503, "SERVICE_UNAVAILABLE").await;
+}
