@@ -54,6 +54,9 @@ for spec in "${SPECS[@]}"; do
 done
 
 ADMIN_TOKEN=${TOLLGATE_DEMO_ADMIN_TOKEN:-demo-admin-token}
+DATABASE=${TOLLGATE_DEMO_DATABASE:-tollgate_demo}
+# The plan catalogue ([[plans]] cannot come from environment variables).
+DEMO_CONFIG=scripts/demo.toml
 LOG_DIR=.tollgate/demo
 mkdir -p "$LOG_DIR"
 
@@ -78,13 +81,14 @@ target/debug/examples/demo_upstream "$UPSTREAM_ADDR" >"$LOG_DIR/upstream.log" 2>
 UPSTREAM_PID=$!
 PIDS+=("$UPSTREAM_PID")
 
-export TOLLGATE__DATABASE__URL="postgres://postgres@127.0.0.1:${PGPORT:-5432}/tollgate_demo"
+export TOLLGATE__DATABASE__URL="postgres://postgres@127.0.0.1:${PGPORT:-5432}/$DATABASE"
 export TOLLGATE__SERVER__LISTEN="$GATEWAY_ADDR"
 export TOLLGATE__SERVER__METRICS_LISTEN="$METRICS_ADDR"
 export TOLLGATE__UPSTREAM__BASE_URL="http://$UPSTREAM_ADDR"
 export TOLLGATE__UPSTREAM__SHARED_SECRET=demo-shared-secret
 export TOLLGATE__ADMIN__TOKEN=$ADMIN_TOKEN
 export TOLLGATE__THROTTLE__STORE=memory
+export TOLLGATE__BILLING__STRIPE_WEBHOOK_SECRET=whsec_demo
 if [ "$MODE" = local ]; then export TOLLGATE_PROFILE=local; fi
 if [ "$JETSTREAM" = 1 ]; then
     MODE="$MODE, JetStream fleet"
@@ -96,13 +100,13 @@ if [ "$JETSTREAM" = 1 ]; then
     export TOLLGATE__NATS__CONSUMER=tollgate-demo-accounting
 fi
 
-target/debug/tollgate migrate
-target/debug/tollgate serve >"$LOG_DIR/gateway.log" 2>&1 &
+target/debug/tollgate migrate --config "$DEMO_CONFIG"
+target/debug/tollgate serve --config "$DEMO_CONFIG" >"$LOG_DIR/gateway.log" 2>&1 &
 GATEWAY_PID=$!
 PIDS+=("$GATEWAY_PID")
 if [ "$JETSTREAM" = 1 ]; then
     TOLLGATE__SERVER__METRICS_LISTEN="$WORKER_METRICS_ADDR" \
-        target/debug/tollgate worker >"$LOG_DIR/worker.log" 2>&1 &
+        target/debug/tollgate worker --config "$DEMO_CONFIG" >"$LOG_DIR/worker.log" 2>&1 &
     WORKER_PID=$!
     PIDS+=("$WORKER_PID")
 fi

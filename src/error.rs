@@ -63,6 +63,14 @@ pub enum ApiError {
     /// The account holds `account.max_keys` unrevoked keys already.
     #[error("key limit of {0} reached")]
     KeyLimit(u32),
+    #[error("redemption code not found")]
+    CodeNotFound,
+    #[error("redemption code already used")]
+    CodeUsed,
+    #[error("redemption code expired")]
+    CodeExpired,
+    #[error("bad webhook signature: {0}")]
+    BadSignature(&'static str),
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("upstream unavailable: {0}")]
@@ -101,6 +109,10 @@ impl ApiError {
             AccountNotFound => (StatusCode::NOT_FOUND, "ACCOUNT_NOT_FOUND"),
             KeyNotFound => (StatusCode::NOT_FOUND, "KEY_NOT_FOUND"),
             KeyLimit(_) => (StatusCode::CONFLICT, "KEY_LIMIT"),
+            CodeNotFound => (StatusCode::NOT_FOUND, "CODE_NOT_FOUND"),
+            CodeUsed => (StatusCode::CONFLICT, "CODE_USED"),
+            CodeExpired => (StatusCode::GONE, "CODE_EXPIRED"),
+            BadSignature(_) => (StatusCode::BAD_REQUEST, "BAD_SIGNATURE"),
             MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
             UpstreamUnavailable(_) => (StatusCode::BAD_GATEWAY, "UPSTREAM_UNAVAILABLE"),
             UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "UPSTREAM_TIMEOUT"),
@@ -151,6 +163,10 @@ impl ApiError {
             KeyLimit(max) => {
                 format!("This account already has {max} active API keys; revoke one first.")
             }
+            CodeNotFound => "No such redemption code.".into(),
+            CodeUsed => "This redemption code has already been used.".into(),
+            CodeExpired => "This redemption code has expired.".into(),
+            BadSignature(_) => "The webhook signature is missing, invalid or stale.".into(),
             MethodNotAllowed => "This method is not allowed here.".into(),
             UpstreamUnavailable(_) => "The upstream API is unreachable.".into(),
             UpstreamTimeout => "The upstream API did not answer in time.".into(),

@@ -2,8 +2,9 @@
 //!
 //! The crate is organised by concept, and a request walks downhill through it:
 //! [`startup`] wires everything and serves [`http::router`] through [`server`] (the
-//! listener and its connection limits); [`http`] routes to
-//! [`account`] and [`admin`] (the JSON APIs) and [`proxy`] (metered forwarding); those
+//! listener and its connection limits); [`http`] routes to [`account`] and [`admin`]
+//! (the JSON APIs), [`billing`] (payment webhooks) and [`proxy`] (metered forwarding);
+//! those
 //! rely on [`auth`] (who is calling) and [`usage`] (every quota decision); usage tells
 //! [`throttle`] (admission and exhaustion markers) what to mark, and the throttler
 //! alone talks to [`cloudflare`] (the KV REST client). [`state`], [`error`],
@@ -13,6 +14,7 @@
 pub mod account;
 pub mod admin;
 pub mod auth;
+pub mod billing;
 pub mod client_ip;
 pub mod cloudflare;
 pub mod config;

@@ -10,6 +10,7 @@ use sqlx::PgPool;
 
 use crate::account::limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
+use crate::auth::limits::FailureLimiter;
 use crate::auth::password::Passwords;
 use crate::config::Config;
 use crate::proxy::pricing::Pricing;
@@ -43,6 +44,8 @@ pub struct Shared {
     pub passwords: Passwords,
     /// Signup, login-failure limits of this replica.
     pub limits: Arc<AccountLimits>,
+    /// Failed code redemptions of this replica, per account and per client address.
+    pub redeem_limits: FailureLimiter,
 }
 
 impl AppState {

@@ -1,11 +1,13 @@
 //! The customer-facing account API (`/account/v1`, SPEC §3.2).
 //!
-//! Signup, login, API-key management and the usage report, each a thin handler over
-//! PostgreSQL, with the per-replica abuse limits of [`limits`]. Grants and usage figures
-//! come from [`crate::usage`].
+//! Signup, login, API-key management, the usage report, the plan catalogue and code
+//! redemption, each a thin handler over PostgreSQL, with the per-replica abuse limits
+//! of [`limits`]. Grants and usage figures come from [`crate::usage`].
 
 pub mod keys;
 pub mod limits;
+pub mod plans;
+pub mod redeem;
 pub mod signup;
 pub mod usage;
 
@@ -31,5 +33,7 @@ pub fn router() -> Router<AppState> {
             post(keys::create_key).get(keys::list_keys),
         )
         .route("/account/v1/keys/{key_id}", delete(keys::revoke_key))
+        .route("/account/v1/plans", get(plans::list_plans))
+        .route("/account/v1/redeem", post(redeem::redeem))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }

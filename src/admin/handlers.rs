@@ -9,23 +9,24 @@ use utoipa::ToSchema;
 
 use crate::account::usage::{MonthQuery, usage_response};
 use crate::auth::AdminPrincipal;
+use crate::config::{PlanConfig, plan_name_problem};
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams, QueryParams};
 use crate::state::AppState;
 use crate::throttle::ReconcileReport;
 use crate::usage::UsageReport;
 use crate::usage::reconcile::{ReconcileError, reconcile_markers};
-use crate::usage::rules::{Enforcement, FREE_PLAN};
+use crate::usage::rules::{Enforcement, Subscription};
 use crate::usage::subscriptions::{ActivationError, NewSubscription};
 
-pub(crate) const MAX_PLAN_CHARS: usize = 64;
-
 /// Unknown fields are refused: a misspelt `expires_at` must not silently become an
-/// open-ended subscription.
+/// open-ended subscription. A `plan` naming a catalogue plan may leave out its figures
+/// (each one left out is the catalogue's); a free-text plan needs `monthly_allowance`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubscriptionRequest {
-    /// Free text of 1 to 64 characters, none of them a control character, once
-    /// surrounding whitespace is trimmed; `free` (in any case) is reserved.
+    /// A catalogue plan, or free text of 1 to 64 characters, none of them a control
+    /// character, once surrounding whitespace is trimmed; `free` (in any case) is
+    /// reserved.
     // The pattern is `validate` as a regular expression: whitespace as Rust's `trim` sees
     // it, not `free`, 1 to 64 characters without a control character that neither start
     // nor end with whitespace, whitespace.
@@ -34,20 +35,33 @@ pub struct SubscriptionRequest {
         example = "pro"
     )]
     pub plan: String,
+    /// Required unless `plan` names a catalogue plan.
+    #[serde(default)]
     #[schema(minimum = 0, example = 100000)]
-    pub monthly_allowance: i64,
+    pub monthly_allowance: Option<i64>,
     /// RFC 3339, a real instant of years 1 to 9999 UTC (no leap second); defaults to now.
     #[schema(example = "2026-01-01T00:00:00Z")]
     pub starts_at: Option<DateTime<Utc>>,
     /// Exclusive, after `starts_at`, same range; `null` or absent for open-ended.
     #[schema(example = "2027-01-01T00:00:00Z")]
     pub expires_at: Option<DateTime<Utc>>,
-    /// A second cap per UTC day (units); `null` (the default) for none.
+    /// A second cap per UTC day (units); `null` for none. Left out: the catalogue
+    /// plan's, else none.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>)]
+    pub daily_allowance: Option<Option<i64>>,
+    /// `soft` or `hard`. Left out: the catalogue plan's, else `soft`.
     #[serde(default)]
-    pub daily_allowance: Option<i64>,
-    /// `soft` (the default) or `hard`.
-    #[serde(default)]
-    pub enforcement: Enforcement,
+    pub enforcement: Option<Enforcement>,
+}
+
+/// A field that is present, even as `null`, is `Some`; a missing one stays `None`.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -66,30 +80,58 @@ pub struct SubscriptionCreated {
     pub enforcement: Enforcement,
 }
 
+impl From<Subscription> for SubscriptionCreated {
+    fn from(sub: Subscription) -> Self {
+        Self {
+            subscription_id: sub.id,
+            account_id: sub.account_id,
+            plan: sub.plan,
+            monthly_allowance: sub.monthly_allowance,
+            starts_at: sub.starts_at,
+            expires_at: sub.expires_at,
+            daily_allowance: sub.daily_allowance,
+            enforcement: sub.enforcement,
+        }
+    }
+}
+
 /// An id that is not a number names no account.
 pub(super) fn parse_account_id(raw: &str) -> Result<i64, ApiError> {
     raw.parse().map_err(|_| ApiError::AccountNotFound)
 }
 
-fn validate(req: SubscriptionRequest, now: DateTime<Utc>) -> Result<NewSubscription, ApiError> {
+fn validate(
+    req: SubscriptionRequest,
+    catalogue: &[PlanConfig],
+    now: DateTime<Utc>,
+) -> Result<NewSubscription, ApiError> {
     let plan = req.plan.trim().to_owned();
-    if plan.is_empty()
-        || plan.chars().count() > MAX_PLAN_CHARS
-        || plan.chars().any(char::is_control)
-    {
-        return Err(ApiError::Validation(format!(
-            "plan must have 1 to {MAX_PLAN_CHARS} printable characters"
-        )));
+    if let Some(problem) = plan_name_problem(&plan) {
+        return Err(ApiError::Validation(problem));
     }
-    if plan.eq_ignore_ascii_case(FREE_PLAN) {
-        return Err(ApiError::Validation("plan `free` is reserved".into()));
-    }
-    if req.monthly_allowance < 0 {
+    let listed = catalogue.iter().find(|p| p.name == plan);
+    let Some(monthly_allowance) = req
+        .monthly_allowance
+        .or(listed.map(|p| p.monthly_allowance))
+    else {
+        return Err(ApiError::Validation(
+            "monthly_allowance is required unless plan names a catalogue plan".into(),
+        ));
+    };
+    let daily_allowance = match req.daily_allowance {
+        Some(given) => given,
+        None => listed.and_then(|p| p.daily_allowance),
+    };
+    let enforcement = req
+        .enforcement
+        .or(listed.map(|p| p.enforcement))
+        .unwrap_or_default();
+    if monthly_allowance < 0 {
         return Err(ApiError::Validation(
             "monthly_allowance must not be negative".into(),
         ));
     }
-    if req.daily_allowance.is_some_and(|d| d < 0) {
+    if daily_allowance.is_some_and(|d| d < 0) {
         return Err(ApiError::Validation(
             "daily_allowance must not be negative".into(),
         ));
@@ -110,15 +152,24 @@ fn validate(req: SubscriptionRequest, now: DateTime<Utc>) -> Result<NewSubscript
     }
     Ok(NewSubscription {
         plan,
-        monthly_allowance: req.monthly_allowance,
+        monthly_allowance,
         starts_at,
         expires_at: req.expires_at,
-        daily_allowance: req.daily_allowance,
-        enforcement: req.enforcement,
+        daily_allowance,
+        enforcement,
     })
 }
 
-/// Activates a paid subscription and writes its current-month snapshot.
+/// Maps the allocation service's refusals to the API's.
+pub(crate) fn activation_error(err: ActivationError) -> ApiError {
+    match err {
+        ActivationError::AccountNotFound => ApiError::AccountNotFound,
+        ActivationError::Database(e) => ApiError::from(e),
+    }
+}
+
+/// Activates a paid subscription and writes its current-month snapshot. A catalogue
+/// plan's figures may be left out.
 #[utoipa::path(post, path = "/admin/v1/accounts/{account_id}/subscriptions", tag = "admin",
     security(("admin" = [])),
     params(("account_id" = i64, Path)),
@@ -142,29 +193,13 @@ pub async fn create_subscription(
 ) -> Result<(StatusCode, Json<SubscriptionCreated>), ApiError> {
     let account_id = parse_account_id(&account_id)?;
     let now = Utc::now();
-    let new = validate(req, now)?;
+    let new = validate(req, &state.config.plans, now)?;
     let activated = state
         .allocation
         .activate(account_id, &new, now)
         .await
-        .map_err(|e| match e {
-            ActivationError::AccountNotFound => ApiError::AccountNotFound,
-            ActivationError::Database(e) => ApiError::from(e),
-        })?;
-    let sub = activated.subscription;
-    Ok((
-        StatusCode::CREATED,
-        Json(SubscriptionCreated {
-            subscription_id: sub.id,
-            account_id: sub.account_id,
-            plan: sub.plan,
-            monthly_allowance: sub.monthly_allowance,
-            starts_at: sub.starts_at,
-            expires_at: sub.expires_at,
-            daily_allowance: sub.daily_allowance,
-            enforcement: sub.enforcement,
-        }),
-    ))
+        .map_err(activation_error)?;
+    Ok((StatusCode::CREATED, Json(activated.subscription.into())))
 }
 
 /// Any account's usage in a UTC month.
@@ -222,12 +257,26 @@ mod tests {
     fn req(plan: &str, allowance: i64, expires: Option<&str>) -> SubscriptionRequest {
         SubscriptionRequest {
             plan: plan.into(),
-            monthly_allowance: allowance,
+            monthly_allowance: Some(allowance),
             starts_at: Some("2026-11-01T00:00:00Z".parse().unwrap()),
             expires_at: expires.map(|e| e.parse().unwrap()),
             daily_allowance: None,
-            enforcement: Enforcement::Soft,
+            enforcement: None,
         }
+    }
+
+    fn validate(req: SubscriptionRequest, now: DateTime<Utc>) -> Result<NewSubscription, ApiError> {
+        super::validate(req, &[], now)
+    }
+
+    fn catalogue() -> Vec<PlanConfig> {
+        vec![PlanConfig {
+            name: "team".into(),
+            monthly_allowance: 50_000,
+            daily_allowance: Some(5_000),
+            enforcement: Enforcement::Hard,
+            price_id: None,
+        }]
     }
 
     #[test]
@@ -252,6 +301,38 @@ mod tests {
         assert!(validate(req("pro", 10, Some("2026-11-01T00:00:00Z")), Utc::now()).is_err());
         assert!(validate(req("  ", 10, None), Utc::now()).is_err());
     }
+
+    #[test]
+    fn a_catalogue_plan_without_figures_takes_the_catalogues() {
+        let body = r#"{"plan": "team"}"#;
+        let req: SubscriptionRequest = serde_json::from_str(body).unwrap();
+        let new = super::validate(req, &catalogue(), Utc::now()).unwrap();
+        assert_eq!(
+            (new.monthly_allowance, new.daily_allowance, new.enforcement),
+            (50_000, Some(5_000), Enforcement::Hard)
+        );
+    }
+
+    #[test]
+    fn figures_given_for_a_catalogue_plan_win_and_null_daily_means_none() {
+        let body = r#"{"plan": "team", "monthly_allowance": 7, "daily_allowance": null,
+                       "enforcement": "soft"}"#;
+        let req: SubscriptionRequest = serde_json::from_str(body).unwrap();
+        let new = super::validate(req, &catalogue(), Utc::now()).unwrap();
+        assert_eq!(
+            (new.monthly_allowance, new.daily_allowance, new.enforcement),
+            (7, None, Enforcement::Soft)
+        );
+    }
+
+    #[test]
+    fn a_free_text_plan_without_monthly_allowance_is_refused() {
+        let req: SubscriptionRequest = serde_json::from_str(r#"{"plan": "bespoke"}"#).unwrap();
+        assert!(matches!(
+            super::validate(req, &catalogue(), Utc::now()),
+            Err(ApiError::Validation(_))
+        ));
+    }
 }
 
 /// The documented plan pattern is `validate`'s rule, checked with the engine the fuzz
@@ -262,6 +343,7 @@ mod prop_tests {
     use utoipa::PartialSchema;
 
     use super::*;
+    use crate::config::MAX_PLAN_CHARS;
 
     /// The pattern as `/openapi.json` states it, compiled once.
     fn documented_pattern() -> &'static fancy_regex::Regex {
@@ -310,15 +392,15 @@ mod prop_tests {
             let pattern = documented_pattern();
             let request = SubscriptionRequest {
                 plan: plan.clone(),
-                monthly_allowance: 10,
+                monthly_allowance: Some(10),
                 starts_at: None,
                 expires_at: None,
                 daily_allowance: None,
-                enforcement: Enforcement::Soft,
+                enforcement: None,
             };
             prop_assert_eq!(
                 pattern.is_match(&plan).unwrap(),
-                validate(request, Utc::now()).is_ok(),
+                validate(request, &[], Utc::now()).is_ok(),
                 "{:?}",
                 plan
             );

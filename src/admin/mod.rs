@@ -1,6 +1,7 @@
 //! The operators' API (`/admin/v1`, SPEC §3.3), behind `admin.token`.
 
 pub mod accounts;
+pub mod codes;
 pub(crate) mod handlers;
 pub mod topups;
 
@@ -32,5 +33,6 @@ pub fn router() -> Router<AppState> {
             post(topups::create_grant),
         )
         .route("/admin/v1/reconcile", post(handlers::reconcile))
+        .route("/admin/v1/codes", post(codes::create_codes))
         .layer(DefaultBodyLimit::max(crate::account::MAX_BODY_BYTES))
 }

@@ -3,12 +3,13 @@
 //! Each principal is a `FromRequestParts` extractor over [`AppState`]; handlers name the
 //! principal they need and never see a credential. Token format and hashing live in
 //! [`token`], password hashing in [`password`], the per-replica key cache in
-//! [`key_cache`]; refusals of unauthenticated requests are counted and sparingly logged
-//! by [`refusal`].
+//! [`key_cache`], failed-attempt limits in [`limits`]; refusals of unauthenticated
+//! requests are counted and sparingly logged by [`refusal`].
 
 pub mod admin;
 pub mod api_key;
 pub mod key_cache;
+pub mod limits;
 pub mod password;
 pub mod principal;
 pub mod refusal;

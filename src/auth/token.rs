@@ -1,4 +1,4 @@
-//! API keys and session tokens: generation, hashing and redaction.
+//! API keys, session tokens and redemption codes: generation, hashing and redaction.
 //!
 //! A token is a fixed prefix followed by 40 random alphanumeric characters
 //! (about 238 bits). Only its SHA-256 is stored; the clear text is shown once, when
@@ -16,6 +16,8 @@ use sha2::{Digest, Sha256};
 pub const API_KEY_PREFIX: &str = "tgk_";
 /// Prefix of login session tokens.
 pub const SESSION_PREFIX: &str = "tgs_";
+/// Prefix of redemption codes.
+pub const REDEMPTION_CODE_PREFIX: &str = "tgr_";
 const RANDOM_LEN: usize = 40;
 /// Characters of an API key kept in clear for listings (prefix plus 8).
 const DISPLAY_LEN: usize = API_KEY_PREFIX.len() + 8;
@@ -114,6 +116,15 @@ mod tests {
         let token = PlainToken::generate(SESSION_PREFIX).reveal();
         assert!(token.starts_with("tgs_"));
         assert!(!plausible(&token, API_KEY_PREFIX));
+    }
+
+    #[test]
+    fn redemption_codes_carry_their_own_prefix() {
+        let code = PlainToken::generate(REDEMPTION_CODE_PREFIX).reveal();
+        assert!(code.starts_with("tgr_"));
+        assert_eq!(code.len(), 4 + 40);
+        assert!(plausible(&code, REDEMPTION_CODE_PREFIX));
+        assert!(!plausible(&code, API_KEY_PREFIX));
     }
 
     #[test]

@@ -129,6 +129,15 @@ impl Config {
             let trimmed = t.expose_secret().trim();
             (!trimmed.is_empty()).then(|| SecretString::from(trimmed))
         });
+        // Likewise an empty signing secret means no payment webhooks.
+        if config
+            .billing
+            .stripe_webhook_secret
+            .as_ref()
+            .is_some_and(|t| t.expose_secret().trim().is_empty())
+        {
+            config.billing.stripe_webhook_secret = None;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -223,6 +232,12 @@ impl Config {
             return fail(format!(
                 "pricing.cost_header `{name}` is not a valid header name"
             ));
+        }
+        if self.account.login_failures_per_hour == 0 {
+            return fail("account.login_failures_per_hour must be at least 1".into());
+        }
+        if let Err(problem) = super::plans::validate_plans(&self.plans) {
+            return fail(problem);
         }
         // PostgreSQL reads a lock_timeout of 0 as "wait for ever".
         if self.usage_check.lock_timeout_ms == 0 {

@@ -14,11 +14,13 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 mod load;
+mod plans;
 #[cfg(test)]
 mod prop_tests;
 
 pub use load::{ConfigError, Sources};
 use load::{cidr_list, lenient};
+pub use plans::{BillingConfig, MAX_PLAN_CHARS, PlanConfig, plan_name_problem};
 
 /// The profile that turns metering and throttling off for development.
 pub const LOCAL_PROFILE: &str = "local";
@@ -39,6 +41,9 @@ pub struct Config {
     pub nats: NatsConfig,
     pub cloudflare: CloudflareConfig,
     pub pricing: PricingConfig,
+    /// The plan catalogue (`[[plans]]`).
+    pub plans: Vec<PlanConfig>,
+    pub billing: BillingConfig,
     pub log: LogConfig,
     /// The value of `TOLLGATE_PROFILE`, if any; not a file key.
     #[serde(skip)]

@@ -1,4 +1,4 @@
-//! The public router: account, admin and operations routes, with the proxy as the
+//! The public router: account, admin, billing and operations routes, with the proxy as the
 //! fallback for its two prefixes, under one observability middleware.
 
 mod observe;
@@ -16,7 +16,8 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// Every public route of the gateway. Without `admin.token` the admin API does not
-/// exist at all: its paths answer 404 like any unknown path.
+/// exist at all: its paths answer 404 like any unknown path; likewise the payment
+/// webhook without `billing.stripe_webhook_secret`.
 pub fn router(state: AppState) -> Router {
     let schema = ops::SchemaSeen::default();
     let mut routes = Router::new()
@@ -29,6 +30,9 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::account::router());
     if state.config.admin.token.is_some() {
         routes = routes.merge(crate::admin::router());
+    }
+    if state.config.billing.stripe_webhook_secret.is_some() {
+        routes = routes.merge(crate::billing::router());
     }
     routes
         .fallback(fallback)

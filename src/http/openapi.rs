@@ -6,15 +6,16 @@ use axum::Json;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::account::{keys, signup, usage};
+use crate::account::{keys, plans, redeem, signup, usage};
 use crate::admin::handlers as admin;
-use crate::admin::{accounts as admin_accounts, topups as admin_topups};
+use crate::admin::{accounts as admin_accounts, codes as admin_codes, topups as admin_topups};
+use crate::billing::webhook as billing;
 use crate::config::Config;
 
 /// The account API; always served.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "tollgate", description = "Account and admin API of the tollgate metering gateway."),
+    info(title = "tollgate", description = "Account, admin and billing API of the tollgate metering gateway."),
     paths(
         signup::signup,
         signup::login,
@@ -22,6 +23,8 @@ use crate::config::Config;
         keys::create_key,
         keys::list_keys,
         keys::revoke_key,
+        plans::list_plans,
+        redeem::redeem,
     ),
     modifiers(&Security),
 )]
@@ -37,10 +40,16 @@ pub struct ApiDoc;
         admin_topups::create_grant,
         admin_accounts::list_accounts,
         admin_accounts::daily_usage,
+        admin_codes::create_codes,
     ),
     modifiers(&AdminSecurity),
 )]
 pub struct AdminDoc;
+
+/// The payment webhook; merged only when `billing.stripe_webhook_secret` turns it on.
+#[derive(OpenApi)]
+#[openapi(paths(billing::stripe_webhook))]
+pub struct BillingDoc;
 
 struct Security;
 
@@ -75,6 +84,9 @@ pub fn document(config: &Config) -> utoipa::openapi::OpenApi {
     if config.admin.token.is_some() {
         doc.merge(AdminDoc::openapi());
     }
+    if config.billing.stripe_webhook_secret.is_some() {
+        doc.merge(BillingDoc::openapi());
+    }
     if let Some(components) = doc.components.as_mut() {
         components.add_security_scheme(
             "api_key",
@@ -96,15 +108,15 @@ pub async fn serve(
 mod tests {
     use serde_json::Value;
 
-    use super::*;
     use crate::account::MAX_BODY_BYTES;
     use crate::account::signup::{MAX_EMAIL_CHARS, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
-    use crate::admin::handlers::MAX_PLAN_CHARS;
+    use crate::config::MAX_PLAN_CHARS;
 
     /// The whole document, admin API included.
     fn document() -> Value {
         let mut config = crate::config::Config::default();
         config.admin.token = Some("token".to_owned().into());
+        config.billing.stripe_webhook_secret = Some("whsec_test".to_owned().into());
         serde_json::to_value(super::document(&config)).expect("the document serializes")
     }
 
@@ -123,7 +135,7 @@ mod tests {
     fn every_operation_documents_every_error_it_can_answer() {
         let doc = document();
         let operations = operations(&doc);
-        assert_eq!(operations.len(), 12, "an operation was added or lost");
+        assert_eq!(operations.len(), 16, "an operation was added or lost");
         for (method, path, operation) in operations {
             let responses = operation["responses"].as_object().expect("responses");
             let missing = |statuses: &[&str]| -> Vec<String> {
@@ -146,7 +158,14 @@ mod tests {
             if needs_auth {
                 assert!(missing(&["401"]).is_empty(), "{method} {path} lacks 401");
             }
-            let lacking = missing(&["500", "503"]);
+            // The catalogue comes from configuration: nothing there can be unavailable.
+            let reads_config_only = path == "/account/v1/plans";
+            let expected: &[&str] = if reads_config_only {
+                &["500"]
+            } else {
+                &["500", "503"]
+            };
+            let lacking = missing(expected);
             assert!(lacking.is_empty(), "{method} {path} lacks {lacking:?}");
             if path.contains('{') {
                 assert!(missing(&["404"]).is_empty(), "{method} {path} lacks 404");

@@ -5,6 +5,7 @@
 //! them into ledger rows and counters and tells the throttler when an account's
 //! current month is used up.
 
+pub mod endings;
 pub mod event;
 pub mod grants;
 pub mod jetstream;

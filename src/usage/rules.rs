@@ -75,9 +75,13 @@ impl Subscription {
         self.starts_at <= at && self.expires_at.is_none_or(|end| at < end)
     }
 
-    /// Whether any instant of `month` falls inside the validity interval.
+    /// Whether any instant of `month` falls inside the validity interval (an empty
+    /// interval, a subscription cancelled before it began, overlaps nothing).
     pub fn overlaps(&self, month: Month) -> bool {
-        self.starts_at < month.end() && self.expires_at.is_none_or(|end| end > month.start())
+        self.starts_at < month.end()
+            && self
+                .expires_at
+                .is_none_or(|end| end > month.start() && end > self.starts_at)
     }
 
     /// What a month of this subscription allows when no snapshot says otherwise.
@@ -431,6 +435,17 @@ mod tests {
         assert!(!ends_at_start.overlaps(month));
         assert!(!starts_at_end.overlaps(month));
         assert!(last_ms.overlaps(month));
+    }
+
+    #[test]
+    fn a_subscription_cancelled_before_it_began_is_never_active_nor_overlaps() {
+        let month: Month = "2026-11".parse().unwrap();
+        let start = "2026-11-10T00:00:00Z";
+        let withdrawn = sub(2, "pro", 1, start, Some(start));
+        assert!(!withdrawn.overlaps(month));
+        assert!(!withdrawn.is_active_at(at(start)));
+        let subs = [free(), withdrawn];
+        assert!(active_subscription(&subs, at(start)).unwrap().is_free());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! memory, which other tests in the same process would disturb.
 
 mod accounts;
+mod billing;
 mod common;
 mod config;
 mod jetstream;

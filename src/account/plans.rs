@@ -1,0 +1,41 @@
+//! `GET /account/v1/plans`: the plan catalogue as customers see it (SPEC §11).
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::config::PlanConfig;
+use crate::error::ErrorBody;
+use crate::state::AppState;
+use crate::usage::rules::Enforcement;
+
+/// One catalogue plan; the payment provider's price id is not shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PlanSummary {
+    pub name: String,
+    pub monthly_allowance: i64,
+    pub daily_allowance: Option<i64>,
+    pub enforcement: Enforcement,
+}
+
+impl From<&PlanConfig> for PlanSummary {
+    fn from(plan: &PlanConfig) -> Self {
+        Self {
+            name: plan.name.clone(),
+            monthly_allowance: plan.monthly_allowance,
+            daily_allowance: plan.daily_allowance,
+            enforcement: plan.enforcement,
+        }
+    }
+}
+
+/// The plans on offer, in catalogue order. No authentication.
+#[utoipa::path(get, path = "/account/v1/plans", tag = "account",
+    responses(
+        (status = 200, description = "The plan catalogue, without payment price ids", body = [PlanSummary]),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+    ))]
+pub async fn list_plans(State(state): State<AppState>) -> Json<Vec<PlanSummary>> {
+    Json(state.config.plans.iter().map(PlanSummary::from).collect())
+}
