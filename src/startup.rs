@@ -68,6 +68,7 @@ pub fn marker_store(config: &Config) -> anyhow::Result<MarkerStore> {
                                 t.kv_call_budget,
                                 Duration::from_millis(t.kv_budget_window_ms),
                             ),
+                            shared_budget: None,
                         },
                         http,
                     ))
