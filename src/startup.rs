@@ -25,7 +25,8 @@ use crate::config::{Config, MarkerStoreKind};
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::state::{AppState, Shared};
-use crate::throttle::{MarkerStore, ThrottleSettings, Throttler};
+use crate::throttle::fleet::budget::PgCallBudget;
+use crate::throttle::{Fleet, MarkerCheck, MarkerStore, ThrottleSettings, Throttler};
 use crate::usage::quota::QuotaView;
 use crate::usage::subscriptions::Allocation;
 use crate::usage::{self, Accountant, UsagePublisher};
@@ -45,8 +46,9 @@ pub struct Gateway {
     background: Vec<JoinHandle<()>>,
 }
 
-/// The marker store the configuration asks for.
-pub fn marker_store(config: &Config) -> anyhow::Result<MarkerStore> {
+/// The marker store the configuration asks for. Cloudflare calls are bounded by this
+/// process's budget and by the fleet's, counted in `db`.
+pub fn marker_store(config: &Config, db: &PgPool) -> anyhow::Result<MarkerStore> {
     Ok(match config.throttle.store {
         MarkerStoreKind::Memory => MarkerStore::memory(),
         MarkerStoreKind::Cloudflare => {
@@ -57,6 +59,9 @@ pub fn marker_store(config: &Config) -> anyhow::Result<MarkerStore> {
                         .redirect(reqwest::redirect::Policy::none())
                         .build()?;
                     let t = &config.throttle;
+                    let window = Duration::from_millis(t.kv_budget_window_ms);
+                    let fleet_budget =
+                        PgCallBudget::new(db.clone(), api_token, t.kv_call_budget, window);
                     MarkerStore::Cloudflare(KvClient::new(
                         KvSettings {
                             api_base: cf.api_base.clone(),
@@ -64,11 +69,8 @@ pub fn marker_store(config: &Config) -> anyhow::Result<MarkerStore> {
                             namespace_id: namespace_id.clone(),
                             api_token: api_token.expose_secret().into(),
                             call_timeout: Duration::from_millis(t.kv_timeout_ms),
-                            budget: CallBudget::new(
-                                t.kv_call_budget,
-                                Duration::from_millis(t.kv_budget_window_ms),
-                            ),
-                            shared_budget: None,
+                            budget: CallBudget::new(t.kv_call_budget, window),
+                            shared_budget: Some(Arc::new(fleet_budget)),
                         },
                         http,
                     ))
@@ -95,7 +97,7 @@ impl Gateway {
         // Everything fallible comes before any task is spawned.
         let upstream = Arc::new(Upstream::from_config(&config)?);
         let store = if config.throttle.enabled {
-            Some(marker_store(&config)?)
+            Some(marker_store(&config, &db)?)
         } else {
             None
         };
@@ -109,9 +111,19 @@ impl Gateway {
                     admission_percent: config.throttle.admission_percent,
                     refresh_interval: Duration::from_millis(config.throttle.refresh_interval_ms),
                     max_staleness: Duration::from_millis(config.throttle.max_staleness_ms),
+                    kv_call_budget: config.throttle.kv_call_budget,
+                    kv_budget_window: Duration::from_millis(config.throttle.kv_budget_window_ms),
                 };
-                let (throttler, task) = Throttler::start(settings, store, stop_background.clone());
-                background.push(task);
+                let check = config.usage_check.enabled.then(|| {
+                    Arc::new(usage::reconcile::StandingCheck {
+                        db: db.clone(),
+                        free_monthly_calls: config.usage.free_monthly_calls,
+                    }) as Arc<dyn MarkerCheck>
+                });
+                let fleet = Fleet::new(db.clone(), check);
+                let (throttler, tasks) =
+                    Throttler::start(settings, store, fleet, stop_background.clone());
+                background.extend(tasks);
                 throttler
             }
             None => Throttler::disabled(),
@@ -265,6 +277,8 @@ async fn purge_expired_sessions(db: PgPool, stop: CancellationToken) {
     }
 }
 
+/// Reconciles markers every `every`, on the fleet's lister only: one run per fleet, not
+/// one per replica (a run lists KV).
 async fn reconcile_schedule(
     db: PgPool,
     throttler: Throttler,
@@ -276,6 +290,9 @@ async fn reconcile_schedule(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
+        }
+        if !throttler.is_lister() {
+            continue;
         }
         match usage::reconcile::reconcile_markers(&db, &throttler, free_monthly_calls, Utc::now())
             .await

@@ -161,6 +161,21 @@ async fn use_up_free_calls(app: &TestApp, customer: &Customer) {
     assert_eq!(usage["exhausted"], true);
 }
 
+/// Makes PostgreSQL say the account has used `used` units this month, as another
+/// replica's accounting would have.
+async fn set_used(app: &TestApp, account_id: i64, used: i64) {
+    sqlx::query(
+        "INSERT INTO usage_counter (account_id, month_start, used)
+         VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', $2)
+         ON CONFLICT (account_id, month_start) DO UPDATE SET used = EXCLUDED.used",
+    )
+    .bind(account_id)
+    .bind(used)
+    .execute(&app.db.pool)
+    .await
+    .unwrap();
+}
+
 /// Waits until the account's marker is in KV and in this replica's view.
 async fn wait_until_marked(app: &TestApp, kv: &FakeKv, account_id: i64) {
     let key = &marker_key(account_id);
