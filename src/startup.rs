@@ -28,7 +28,8 @@ use crate::config::{Config, MarkerStoreKind};
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::state::{AppState, Shared};
-use crate::throttle::{MarkerStore, ThrottleSettings, Throttler};
+use crate::throttle::fleet::budget::PgCallBudget;
+use crate::throttle::{Fleet, MarkerCheck, MarkerStore, ThrottleSettings, Throttler};
 use crate::usage::quota::QuotaView;
 use crate::usage::subscriptions::Allocation;
 use crate::usage::transport::{Pipeline, Role};
@@ -49,8 +50,9 @@ pub struct Gateway {
     background: Vec<JoinHandle<()>>,
 }
 
-/// The marker store the configuration asks for.
-pub fn marker_store(config: &Config) -> anyhow::Result<MarkerStore> {
+/// The marker store the configuration asks for. Cloudflare calls are bounded by this
+/// process's budget and by the fleet's, counted in `db`.
+pub fn marker_store(config: &Config, db: &PgPool) -> anyhow::Result<MarkerStore> {
     Ok(match config.throttle.store {
         MarkerStoreKind::Memory => MarkerStore::memory(),
         MarkerStoreKind::Cloudflare => {
@@ -61,6 +63,9 @@ pub fn marker_store(config: &Config) -> anyhow::Result<MarkerStore> {
                         .redirect(reqwest::redirect::Policy::none())
                         .build()?;
                     let t = &config.throttle;
+                    let window = Duration::from_millis(t.kv_budget_window_ms);
+                    let fleet_budget =
+                        PgCallBudget::new(db.clone(), api_token, t.kv_call_budget, window);
                     MarkerStore::Cloudflare(KvClient::new(
                         KvSettings {
                             api_base: cf.api_base.clone(),
@@ -68,10 +73,8 @@ pub fn marker_store(config: &Config) -> anyhow::Result<MarkerStore> {
                             namespace_id: namespace_id.clone(),
                             api_token: api_token.expose_secret().into(),
                             call_timeout: Duration::from_millis(t.kv_timeout_ms),
-                            budget: CallBudget::new(
-                                t.kv_call_budget,
-                                Duration::from_millis(t.kv_budget_window_ms),
-                            ),
+                            budget: CallBudget::new(t.kv_call_budget, window),
+                            shared_budget: Some(Arc::new(fleet_budget)),
                         },
                         http,
                     ))
@@ -98,7 +101,7 @@ impl Gateway {
         // Everything fallible comes before any task is spawned.
         let upstream = Arc::new(Upstream::from_config(&config)?);
         let store = if config.throttle.enabled {
-            Some(marker_store(&config)?)
+            Some(marker_store(&config, &db)?)
         } else {
             None
         };
@@ -106,7 +109,7 @@ impl Gateway {
         let stop_listener = CancellationToken::new();
         let mut background = Vec::new();
 
-        let throttler = start_throttler(&config, store, &stop_background, &mut background);
+        let throttler = start_throttler(&config, &db, store, &stop_background, &mut background);
 
         let quota = if config.usage_check.enabled {
             QuotaView::new(
@@ -262,14 +265,14 @@ impl Worker {
         crate::telemetry::prometheus();
         crate::cloudflare::describe_metrics();
         let store = if config.throttle.enabled {
-            Some(marker_store(&config)?)
+            Some(marker_store(&config, &db)?)
         } else {
             None
         };
         let stop_background = CancellationToken::new();
         let stop_usage = CancellationToken::new();
         let mut background = Vec::new();
-        let throttler = start_throttler(&config, store, &stop_background, &mut background);
+        let throttler = start_throttler(&config, &db, store, &stop_background, &mut background);
         let accountant = accountant(&config, &db, &throttler);
         let usage = Pipeline::start(&config, accountant, Role::Worker, stop_usage.clone()).await?;
         if config.throttle.enabled {
@@ -316,6 +319,7 @@ impl Worker {
 /// The throttler the configuration asks for, its worker pushed onto `background`.
 fn start_throttler(
     config: &Config,
+    db: &PgPool,
     store: Option<MarkerStore>,
     stop: &CancellationToken,
     background: &mut Vec<JoinHandle<()>>,
@@ -327,9 +331,19 @@ fn start_throttler(
         admission_percent: config.throttle.admission_percent,
         refresh_interval: Duration::from_millis(config.throttle.refresh_interval_ms),
         max_staleness: Duration::from_millis(config.throttle.max_staleness_ms),
+        kv_call_budget: config.throttle.kv_call_budget,
+        kv_budget_window: Duration::from_millis(config.throttle.kv_budget_window_ms),
     };
-    let (throttler, task) = Throttler::start(settings, store, stop.clone());
-    background.push(task);
+    // Whoever writes a marker re-checks the account's standing in PostgreSQL.
+    let check = config.usage_check.enabled.then(|| {
+        Arc::new(usage::reconcile::StandingCheck {
+            db: db.clone(),
+            free_monthly_calls: config.usage.free_monthly_calls,
+        }) as Arc<dyn MarkerCheck>
+    });
+    let fleet = Fleet::new(db.clone(), check);
+    let (throttler, tasks) = Throttler::start(settings, store, fleet, stop.clone());
+    background.extend(tasks);
     throttler
 }
 
@@ -370,6 +384,8 @@ async fn housekeep_limits(limits: Arc<AccountLimits>, stop: CancellationToken) {
     }
 }
 
+/// Reconciles markers every `every`, on the fleet's lister only: one run per fleet, not
+/// one per replica (a run lists KV).
 async fn reconcile_schedule(
     db: PgPool,
     throttler: Throttler,
@@ -381,6 +397,9 @@ async fn reconcile_schedule(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
+        }
+        if !throttler.is_lister() {
+            continue;
         }
         match usage::reconcile::reconcile_markers(&db, &throttler, free_monthly_calls, Utc::now())
             .await

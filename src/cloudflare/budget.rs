@@ -1,10 +1,14 @@
-//! The local call budget that keeps one replica well under Cloudflare's API rate limit.
+//! The call budgets that keep one API token under Cloudflare's rate limit.
 //!
 //! Cloudflare allows about 1,200 API calls per 5 minutes per token and, past that, blocks
-//! every call of the token for 5 minutes. The budget is a sliding window: at most
-//! `max_calls` calls in any span of `window`. Each KV call takes one permit before it goes to
-//! the network; with none left the call is refused locally. Time is passed in so tests can
-//! stand on the exact edge of the window.
+//! every call of the token for 5 minutes. [`CallBudget`] is this process's sliding window:
+//! at most `max_calls` calls in any span of `window`. Each KV call takes one permit before it
+//! goes to the network; with none left the call is refused locally. Time is passed in so
+//! tests can stand on the exact edge of the window.
+//!
+//! The limit is per token, though, not per process: a [`SharedBudget`] (when configured)
+//! counts the calls of every process on the token, and a call goes out only when both grant
+//! it. The local budget is the fast path: a process that has spent it asks no one.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -59,6 +63,11 @@ impl CallBudget {
         true
     }
 
+    /// Gives back the permit taken last (the shared budget refused the call it was for).
+    pub fn refund(&self) {
+        lock(&self.granted).pop_back();
+    }
+
     /// Permits still available at `now`.
     pub fn remaining(&self, now: Instant) -> u32 {
         let mut granted = lock(&self.granted);
@@ -86,6 +95,15 @@ impl CallBudget {
             }
         }
     }
+}
+
+/// A budget shared by every process calling Cloudflare with one token (kept, for tollgate,
+/// in PostgreSQL). It must bound the calls of all of them together to its `max_calls` in
+/// any window; an implementation that cannot tell (its store is unreachable) refuses.
+#[async_trait::async_trait]
+pub trait SharedBudget: Send + Sync + fmt::Debug {
+    /// Takes one permit only if `reserve` more would still be left afterwards.
+    async fn try_acquire_leaving(&self, reserve: u32) -> bool;
 }
 
 impl Default for CallBudget {
@@ -195,6 +213,17 @@ mod tests {
         let budget = CallBudget::default();
         assert_eq!(budget.max_calls(), 1_000);
         assert_eq!(budget.window(), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_refunded_permit_can_be_taken_again() {
+        let budget = CallBudget::new(1, WINDOW);
+        let t0 = Instant::now();
+        assert!(budget.try_acquire(t0));
+        budget.refund();
+        assert_eq!(budget.remaining(t0), 1);
+        assert!(budget.try_acquire(t0));
+        assert!(!budget.try_acquire(t0));
     }
 
     #[test]

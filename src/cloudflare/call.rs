@@ -1,10 +1,10 @@
 //! One guarded call to Cloudflare: the local gates, the timeout, the 429 back-off, metrics.
 //!
 //! Before a request goes out it must pass the back-off (after a 429 nothing is sent until
-//! its `Retry-After` has passed) and take a permit from the call budget; refused calls send
-//! nothing. The whole exchange, answer body included, runs under `call_timeout`.
+//! its `Retry-After` has passed) and take a permit from the call budget — this process's
+//! first, then the one shared by every process on the token; refused calls send nothing. The whole exchange, answer body included, runs under `call_timeout`.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -13,7 +13,7 @@ use reqwest::{RequestBuilder, StatusCode};
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 
-use super::budget::CallBudget;
+use super::budget::{CallBudget, SharedBudget};
 use super::error::KvError;
 use super::wire::{self, Envelope};
 use crate::sync::lock;
@@ -83,6 +83,7 @@ pub(crate) struct Caller {
     api_token: SecretString,
     call_timeout: Duration,
     budget: CallBudget,
+    shared_budget: Option<Arc<dyn SharedBudget>>,
     /// Set by a 429: no call goes out before this instant.
     blocked_until: Mutex<Option<Instant>>,
 }
@@ -93,12 +94,14 @@ impl Caller {
         api_token: SecretString,
         call_timeout: Duration,
         budget: CallBudget,
+        shared_budget: Option<Arc<dyn SharedBudget>>,
     ) -> Self {
         Self {
             http,
             api_token,
             call_timeout,
             budget,
+            shared_budget,
             blocked_until: Mutex::new(None),
         }
     }
@@ -106,7 +109,7 @@ impl Caller {
     /// Passes the local gates, then sends `request` under the call timeout. A 429 becomes
     /// `RateLimited` and starts the back-off; every other status is returned as is.
     pub(crate) async fn execute(&self, op: Op, request: RequestBuilder) -> Result<Answer, KvError> {
-        self.admit(op, Instant::now())?;
+        self.admit(op, Instant::now()).await?;
         let request = request.bearer_auth(self.api_token.expose_secret());
         let exchange = async {
             let response = request.send().await?;
@@ -139,10 +142,12 @@ impl Caller {
         Ok(Answer { status, body })
     }
 
-    /// Refuses the call locally while backing off or when the budget is spent. Listing
-    /// keeps every replica's view of the markers alive, so writes and reads leave a
-    /// tenth of the budget for it.
-    fn admit(&self, op: Op, now: Instant) -> Result<(), KvError> {
+    /// Refuses the call locally while backing off or when a budget is spent. Listing
+    /// keeps the fleet's view of the markers alive, so writes and reads leave a tenth of
+    /// the budget for it. The local budget is asked first, so a process that has spent
+    /// its own permits costs the shared budget nothing; a permit the shared budget then
+    /// refuses is given back.
+    async fn admit(&self, op: Op, now: Instant) -> Result<(), KvError> {
         {
             let mut blocked = lock(&self.blocked_until);
             match *blocked {
@@ -155,11 +160,16 @@ impl Caller {
             Op::List => 0,
             _ => self.budget.max_calls() / 10,
         };
-        if self.budget.try_acquire_leaving(now, reserve) {
-            Ok(())
-        } else {
-            Err(KvError::BudgetExhausted)
+        if !self.budget.try_acquire_leaving(now, reserve) {
+            return Err(KvError::BudgetExhausted);
         }
+        if let Some(shared) = &self.shared_budget
+            && !shared.try_acquire_leaving(reserve).await
+        {
+            self.budget.refund();
+            return Err(KvError::BudgetExhausted);
+        }
+        Ok(())
     }
 
     fn block_for(&self, wait: Duration) {

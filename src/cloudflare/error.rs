@@ -33,8 +33,9 @@ pub enum KvError {
     /// Some items of a bulk write or delete were not applied; they should be retried.
     #[error("Cloudflare KV did not apply {} of the bulk items", unsuccessful_keys.len())]
     Incomplete { unsuccessful_keys: Vec<String> },
-    /// The local call budget has no permit left; no request was sent.
-    #[error("local Cloudflare KV call budget exhausted; call not sent")]
+    /// The call budget (this process's, or the one shared by the fleet on the token) has no
+    /// permit left; no request was sent.
+    #[error("Cloudflare KV call budget exhausted; call not sent")]
     BudgetExhausted,
     /// An earlier 429 asked us to wait and that time is not over; no request was sent.
     #[error("backing off after a Cloudflare KV 429; call not sent")]

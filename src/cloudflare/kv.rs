@@ -75,6 +75,7 @@ impl KvClient {
             settings.api_token,
             settings.call_timeout,
             settings.budget,
+            settings.shared_budget,
         );
         Self {
             inner: Arc::new(Inner {

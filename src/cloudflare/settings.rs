@@ -1,10 +1,11 @@
 //! What the KV client needs to know: where the namespace is, the token, and its limits.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::SecretString;
 
-use super::budget::CallBudget;
+use super::budget::{CallBudget, SharedBudget};
 
 /// Where the namespace is and how to call it.
 #[derive(Debug)]
@@ -17,9 +18,10 @@ pub struct KvSettings {
     pub api_token: SecretString,
     /// Bound on one whole call, answer body included.
     pub call_timeout: Duration,
-    /// Shared by every clone of the client built from these settings. Cloudflare's limit is
-    /// per token across all replicas, so give each replica its share.
+    /// Shared by every clone of the client built from these settings: this process's calls.
     pub budget: CallBudget,
+    /// The calls of every process on the token; each call needs a permit of both.
+    pub shared_budget: Option<Arc<dyn SharedBudget>>,
 }
 
 impl KvSettings {
@@ -41,6 +43,7 @@ impl KvSettings {
             api_token,
             call_timeout: Self::DEFAULT_CALL_TIMEOUT,
             budget: CallBudget::default(),
+            shared_budget: None,
         }
     }
 }

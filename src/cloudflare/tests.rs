@@ -21,6 +21,7 @@ fn settings_for(fake: &FakeKv) -> KvSettings {
         api_token: SecretString::from(FakeKv::API_TOKEN),
         call_timeout: Duration::from_secs(5),
         budget: CallBudget::default(),
+        shared_budget: None,
     }
 }
 
@@ -333,6 +334,44 @@ async fn an_exhausted_budget_refuses_calls_without_a_request() -> TestResult {
         other_handle.list_all("").await,
         Err(KvError::BudgetExhausted)
     ));
+    assert_eq!(fake.calls().len(), 2);
+    Ok(())
+}
+
+/// A shared budget that grants a fixed number of permits, as other processes would leave.
+#[derive(Debug)]
+struct FleetLeaves(std::sync::atomic::AtomicU32);
+
+#[async_trait::async_trait]
+impl crate::cloudflare::SharedBudget for FleetLeaves {
+    async fn try_acquire_leaving(&self, _reserve: u32) -> bool {
+        use std::sync::atomic::Ordering;
+        self.0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+#[tokio::test]
+async fn a_call_the_shared_budget_refuses_is_not_sent_and_costs_no_local_permit() -> TestResult {
+    let fake = FakeKv::start().await;
+    let mut settings = settings_for(&fake);
+    settings.budget = CallBudget::new(2, Duration::from_secs(300));
+    let fleet = std::sync::Arc::new(FleetLeaves(std::sync::atomic::AtomicU32::new(1)));
+    settings.shared_budget = Some(fleet.clone());
+    let kv = client(settings)?;
+
+    assert_eq!(kv.get(MARKER).await?, None);
+    for _ in 0..5 {
+        assert!(matches!(
+            kv.get(MARKER).await,
+            Err(KvError::BudgetExhausted)
+        ));
+    }
+    assert_eq!(fake.calls().len(), 1);
+    // The refused attempts gave their local permits back: the fleet decides again.
+    fleet.0.store(1, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(kv.get(MARKER).await?, None);
     assert_eq!(fake.calls().len(), 2);
     Ok(())
 }

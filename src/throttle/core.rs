@@ -1,5 +1,5 @@
-//! What the throttler handle and its worker share: the commands the worker takes, and
-//! the state both read (the marker view, the store, counters).
+//! What the throttler handle, its worker and its fleet listener share: the commands the
+//! worker takes, and the state all read (the marker view, the store, the fleet, counters).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 
+use super::fleet::{Fleet, MarkerKind};
 use super::store::MarkerStore;
 use super::view::MarkerView;
 use crate::month::{Day, Month};
@@ -18,8 +19,12 @@ use crate::telemetry::RateLimitedLog;
 #[derive(Debug, Clone)]
 pub struct ThrottleSettings {
     pub admission_percent: u8,
+    /// The worker's tick: lease renewal, and the shortest interval between listings.
     pub refresh_interval: Duration,
     pub max_staleness: Duration,
+    /// The fleet's Cloudflare budget, which listings may take a share of.
+    pub kv_call_budget: u32,
+    pub kv_budget_window: Duration,
 }
 
 pub(super) enum Command {
@@ -47,6 +52,7 @@ pub(super) struct Inner {
     pub(super) settings: ThrottleSettings,
     pub(super) view: MarkerView,
     pub(super) store: MarkerStore,
+    pub(super) fleet: Fleet,
     pub(super) commands: mpsc::Sender<Command>,
     /// Accounts with an exhaust in flight, so a hot account queues one write.
     pub(super) pending: Mutex<HashSet<i64>>,
@@ -55,6 +61,13 @@ pub(super) struct Inner {
     pub(super) fail_open: AtomicU64,
     pub(super) markers_written: AtomicU64,
     pub(super) markers_removed: AtomicU64,
+    /// KV listings this process made as the fleet's lister.
+    pub(super) listings: AtomicU64,
+    /// Whether this process held the lister's lease at its last tick.
+    pub(super) lister: std::sync::atomic::AtomicBool,
+    /// Markers written whose re-check against PostgreSQL failed: (kind, period, account),
+    /// tried again at the next tick.
+    pub(super) rechecks: Mutex<HashSet<(MarkerKind, i64, i64)>>,
     pub(super) fail_open_log: RateLimitedLog,
     /// Set once this replica has seen a plan with a daily allowance: from then on each
     /// refresh also lists the daily markers.

@@ -1,14 +1,19 @@
-//! Soft throttling (SPEC §5): hash admission over a local view of exhaustion markers.
+//! Soft throttling (SPEC §5, §8): hash admission over a local view of exhaustion markers.
 //!
 //! The throttler owns admission and exposes only [`Throttler::exhaust`] and
-//! [`Throttler::restore`] to the rest of the crate. Marker writes, deletes and view
-//! refreshes happen on one background worker, so neither the proxy nor the usage
-//! listener ever waits for Cloudflare. Every failure fails open, with a rate-limited
-//! warning and a metric.
+//! [`Throttler::restore`] to the rest of the crate. Marker writes, deletes and KV listings
+//! happen on one background worker, so neither the proxy nor the usage listener ever
+//! waits for Cloudflare. The view follows the fleet's markers in PostgreSQL ([`fleet`]):
+//! one process lists KV for all, every process records its own writes there, and each
+//! replica hears every change within a second. Every failure fails open, with a
+//! rate-limited warning and a metric.
 
 pub mod admission;
 mod core;
+pub mod fleet;
+mod listing;
 pub mod reconcile;
+mod settle;
 pub mod store;
 pub mod view;
 mod worker;
@@ -27,6 +32,7 @@ use uuid::Uuid;
 pub use self::core::ThrottleSettings;
 use self::core::{Command, Inner};
 use crate::sync::lock;
+pub use fleet::{Fleet, MarkerCheck, WantedMarkers};
 pub use reconcile::ReconcileReport;
 pub use store::{MarkerStore, marker_key};
 use view::{Lookup, MarkerView};
@@ -71,6 +77,8 @@ pub struct ThrottleStats {
     pub fail_open: u64,
     pub markers_written: u64,
     pub markers_removed: u64,
+    /// KV listings made as the fleet's lister.
+    pub listings: u64,
 }
 
 /// Handle to the throttler. Cheap to clone; `disabled()` admits everything.
@@ -88,28 +96,36 @@ impl Throttler {
         Self { inner: None }
     }
 
-    /// Starts the worker that owns marker I/O and the view refresh.
+    /// Starts the worker that owns marker I/O (and, while this process holds the lease,
+    /// the fleet's KV listing) and the listener that keeps the view in line with the
+    /// fleet's markers.
     pub fn start(
         settings: ThrottleSettings,
         store: MarkerStore,
+        fleet: Fleet,
         stop: CancellationToken,
-    ) -> (Self, JoinHandle<()>) {
+    ) -> (Self, Vec<JoinHandle<()>>) {
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let inner = Arc::new(Inner {
             view: MarkerView::new(settings.max_staleness),
             settings,
             store,
+            fleet,
             commands: tx,
             pending: Mutex::new(HashSet::new()),
             retry_at: Mutex::new(HashMap::new()),
             fail_open: AtomicU64::new(0),
             markers_written: AtomicU64::new(0),
             markers_removed: AtomicU64::new(0),
+            listings: AtomicU64::new(0),
+            lister: Default::default(),
+            rechecks: Mutex::new(HashSet::new()),
             fail_open_log: RateLimitedLog::default(),
             daily_in_use: Default::default(),
         });
-        let task = tokio::spawn(worker::run(inner.clone(), rx, stop));
-        (Self { inner: Some(inner) }, task)
+        let listener = tokio::spawn(fleet::listen::run(inner.clone(), stop.clone()));
+        let worker = tokio::spawn(worker::run(inner.clone(), rx, stop));
+        (Self { inner: Some(inner) }, vec![worker, listener])
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -252,7 +268,15 @@ impl Throttler {
                 fail_open: i.fail_open.load(Ordering::Relaxed),
                 markers_written: i.markers_written.load(Ordering::Relaxed),
                 markers_removed: i.markers_removed.load(Ordering::Relaxed),
+                listings: i.listings.load(Ordering::Relaxed),
             })
+    }
+
+    /// Whether this process held the fleet's lister lease at its last tick.
+    pub fn is_lister(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|i| i.lister.load(Ordering::Relaxed))
     }
 
     /// Whether this replica's view holds a marker for the account this month.

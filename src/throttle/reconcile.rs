@@ -4,7 +4,9 @@
 //! The caller (which owns quota decisions) says which accounts are exhausted; this
 //! lists the store once, writes the missing markers and deletes the ones of accounts
 //! with allowance again, using Cloudflare's bulk endpoints when there are many, so a
-//! run costs a handful of API calls whatever the number of accounts.
+//! run costs a handful of API calls whatever the number of accounts. What it changed is
+//! recorded in the fleet's table (every replica follows at once), and the markers it
+//! wrote are re-checked like any other write, in case an upgrade raced the run.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -14,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::core::Inner;
+use super::fleet::MarkerKind;
+use super::settle::{recheck, record};
 use super::store::{StoreError, marker_expiration, marker_key, sending_at};
 use crate::month::Month;
 
@@ -54,6 +58,26 @@ pub(super) async fn run(
     for account_id in &to_remove {
         inner.view.remove(*account_id);
     }
+    let period = month.start_unix();
+    record(
+        inner,
+        MarkerKind::Month,
+        period,
+        &to_write,
+        true,
+        "reconcile",
+    )
+    .await;
+    record(
+        inner,
+        MarkerKind::Month,
+        period,
+        &to_remove,
+        false,
+        "reconcile",
+    )
+    .await;
+    recheck(inner, MarkerKind::Month, period, &to_write).await;
     inner
         .markers_written
         .fetch_add(to_write.len() as u64, Ordering::Relaxed);

@@ -141,6 +141,11 @@ impl MarkerStore {
         self.list_prefix(MARKER_PREFIX).await
     }
 
+    /// Every key under [`DAILY_MARKER_PREFIX`] (all days).
+    pub async fn list_daily(&self) -> Result<Vec<String>, StoreError> {
+        self.list_prefix(DAILY_MARKER_PREFIX).await
+    }
+
     /// The accounts marked for `day` (daily markers), from one listing.
     pub async fn marked_today(&self, day: Day) -> Result<HashSet<i64>, StoreError> {
         Ok(self

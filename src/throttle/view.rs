@@ -1,20 +1,28 @@
-//! The local view of the current month's exhaustion markers.
+//! The local view of the current month's (and day's) exhaustion markers.
 //!
-//! Admission reads only this view, never KV. It is replaced by each successful listing
-//! of the store and patched at once by this replica's own writes and deletes, which
-//! also outlive listings for [`OWN_CHANGES_TTL`] (KV listings can lag writes by up to a
-//! minute, so a fresh listing must not undo what this replica just did). A view
-//! older than the staleness bound, or of another month, is treated as empty: the
-//! gateway fails open rather than throttle on old news.
+//! Admission reads only this view, never KV nor PostgreSQL. It follows the fleet's
+//! `fleet_marker` table: loaded whole when the replica (re)connects to its notifications,
+//! then patched by each notification ([`MarkerView::apply`]), and patched at once by this
+//! replica's own writes and deletes, which also outlive a reload for [`OWN_CHANGES_TTL`]
+//! or until the table's own notification of them arrives (a command still queued on the
+//! worker has not reached the table yet).
+//!
+//! The view is as fresh as the fleet's last good KV listing ([`MarkerView::listed`]): a
+//! view whose last listing is older than the staleness bound (stretched to two listing
+//! intervals when the budget spaces listings further apart), or of another month, is
+//! treated as empty: the gateway fails open rather than throttle on old news.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
+use chrono::DateTime;
+
+use super::fleet::MarkerKind;
 use crate::month::{Day, Month};
 
-/// How long this replica's own marker writes and deletes override listings.
-pub const OWN_CHANGES_TTL: Duration = Duration::from_secs(90);
+/// How long this replica's own marker writes and deletes override a reload of the table.
+pub const OWN_CHANGES_TTL: Duration = Duration::from_secs(30);
 
 #[derive(Debug)]
 struct Snapshot {
@@ -22,6 +30,8 @@ struct Snapshot {
     accounts: HashSet<i64>,
     /// When the store was last listed successfully.
     refreshed_at: Option<Instant>,
+    /// The interval the fleet's lister planned at its last listing.
+    listing_interval: Duration,
     /// This replica's recent changes: account → (month, marked, when).
     own: HashMap<i64, (Option<Month>, bool, Instant)>,
     /// The daily window's markers: the day they are of, and the accounts marked.
@@ -52,6 +62,7 @@ impl MarkerView {
                 month: None,
                 accounts: HashSet::new(),
                 refreshed_at: None,
+                listing_interval: Duration::ZERO,
                 own: HashMap::new(),
                 day: None,
                 day_accounts: HashSet::new(),
@@ -71,9 +82,10 @@ impl MarkerView {
     /// Whether `account_id` is marked in `month`, as of `now`.
     pub fn lookup(&self, account_id: i64, month: Month, now: Instant) -> Lookup {
         let snap = self.read();
+        let trusted_for = self.max_staleness.max(snap.listing_interval * 2);
         let fresh = snap
             .refreshed_at
-            .is_some_and(|at| now.saturating_duration_since(at) <= self.max_staleness);
+            .is_some_and(|at| now.saturating_duration_since(at) <= trusted_for);
         if snap.month != Some(month) {
             return if fresh {
                 Lookup::Unmarked
@@ -99,23 +111,90 @@ impl MarkerView {
 
     /// Replaces the whole view with a listing taken at `at`; this replica's changes of
     /// the last [`OWN_CHANGES_TTL`] still apply on top of it.
-    pub fn replace(&self, month: Month, mut accounts: HashSet<i64>, at: Instant) {
+    pub fn replace(&self, month: Month, accounts: HashSet<i64>, at: Instant) {
         let mut snap = self.write();
-        snap.own
-            .retain(|_, (_, _, when)| at.saturating_duration_since(*when) < OWN_CHANGES_TTL);
-        for (account_id, (changed_month, marked, _)) in &snap.own {
-            if changed_month.is_some_and(|m| m != month) {
-                continue;
+        set_month(&mut snap, month, accounts, at);
+        snap.refreshed_at = Some(at);
+    }
+
+    /// Replaces the markers with the fleet's table as read at `at` (this replica's
+    /// recent changes still apply on top); freshness is [`MarkerView::listed`]'s.
+    pub fn load(
+        &self,
+        (month, accounts): (Month, HashSet<i64>),
+        (day, day_accounts): (Day, HashSet<i64>),
+        at: Instant,
+    ) {
+        let mut snap = self.write();
+        set_month(&mut snap, month, accounts, at);
+        snap.day = Some(day);
+        snap.day_accounts = day_accounts;
+    }
+
+    /// The fleet listed KV successfully at `at` and plans the next listing `interval`
+    /// later: the view is fresh from `at` on.
+    pub fn listed(&self, at: Instant, interval: Duration) {
+        let mut snap = self.write();
+        if snap.refreshed_at.is_none_or(|previous| previous <= at) {
+            snap.refreshed_at = Some(at);
+        }
+        snap.listing_interval = interval;
+    }
+
+    /// Applies one change of the fleet's table (a notification, in commit order): the
+    /// newest word on the account, so it also ends this replica's own override of it.
+    /// Markers of a period older than the view's are ignored; a marker of a newer one
+    /// starts that period's set.
+    pub fn apply(&self, kind: MarkerKind, account_id: i64, period_start_unix: i64, marked: bool) {
+        let Some(start) = DateTime::from_timestamp(period_start_unix, 0) else {
+            return;
+        };
+        let mut snap = self.write();
+        match kind {
+            MarkerKind::Month => {
+                let month = Month::containing(start);
+                if month.start_unix() != period_start_unix {
+                    return;
+                }
+                snap.own.remove(&account_id);
+                match snap.month {
+                    Some(current) if month < current => {}
+                    Some(current) if month == current => {
+                        if marked {
+                            snap.accounts.insert(account_id);
+                        } else {
+                            snap.accounts.remove(&account_id);
+                        }
+                    }
+                    _ if marked => {
+                        snap.month = Some(month);
+                        snap.accounts = HashSet::from([account_id]);
+                    }
+                    _ => {}
+                }
             }
-            if *marked {
-                accounts.insert(*account_id);
-            } else {
-                accounts.remove(account_id);
+            MarkerKind::Day => {
+                let day = Day::containing(start);
+                if day.start_unix() != period_start_unix {
+                    return;
+                }
+                match snap.day {
+                    Some(current) if day < current => {}
+                    Some(current) if day == current => {
+                        if marked {
+                            snap.day_accounts.insert(account_id);
+                        } else {
+                            snap.day_accounts.remove(&account_id);
+                        }
+                    }
+                    _ if marked => {
+                        snap.day = Some(day);
+                        snap.day_accounts = HashSet::from([account_id]);
+                    }
+                    _ => {}
+                }
             }
         }
-        snap.month = Some(month);
-        snap.accounts = accounts;
-        snap.refreshed_at = Some(at);
     }
 
     /// Records a marker this replica wrote or found. A marker of a month older than the
@@ -182,6 +261,25 @@ impl MarkerView {
                 .map(|at| now.saturating_duration_since(at)),
         )
     }
+}
+
+/// Sets the month's markers read at `at`, with this replica's changes of the last
+/// [`OWN_CHANGES_TTL`] on top.
+fn set_month(snap: &mut Snapshot, month: Month, mut accounts: HashSet<i64>, at: Instant) {
+    snap.own
+        .retain(|_, (_, _, when)| at.saturating_duration_since(*when) < OWN_CHANGES_TTL);
+    for (account_id, (changed_month, marked, _)) in &snap.own {
+        if changed_month.is_some_and(|m| m != month) {
+            continue;
+        }
+        if *marked {
+            accounts.insert(*account_id);
+        } else {
+            accounts.remove(account_id);
+        }
+    }
+    snap.month = Some(month);
+    snap.accounts = accounts;
 }
 
 #[cfg(test)]
@@ -277,5 +375,79 @@ mod tests {
         view.replace(nov(), HashSet::from([1]), later);
         assert_eq!(view.lookup(1, nov(), later), Lookup::Marked);
         assert_eq!(view.lookup(2, nov(), later), Lookup::Unmarked);
+    }
+
+    #[test]
+    fn fleet_changes_apply_in_order_and_end_this_replicas_override() {
+        let view = MarkerView::new(Duration::from_secs(300));
+        let t0 = Instant::now();
+        view.replace(nov(), HashSet::new(), t0);
+        let nov_start = nov().start_unix();
+        view.apply(MarkerKind::Month, 7, nov_start, true);
+        assert_eq!(view.lookup(7, nov(), t0), Lookup::Marked);
+        view.remove(7);
+        // The table's own word on 7 (e.g. another replica's later exhaustion) wins, and a
+        // reload then follows the table, not this replica's older delete.
+        view.apply(MarkerKind::Month, 7, nov_start, true);
+        view.load(
+            (nov(), HashSet::from([7])),
+            (Day::containing(nov().start()), HashSet::new()),
+            t0,
+        );
+        assert_eq!(view.lookup(7, nov(), t0), Lookup::Marked);
+        view.apply(MarkerKind::Month, 7, nov_start, false);
+        assert_eq!(view.lookup(7, nov(), t0), Lookup::Unmarked);
+    }
+
+    #[test]
+    fn a_fleet_marker_of_another_period_is_ignored_or_starts_the_new_one() {
+        let view = MarkerView::new(Duration::from_secs(300));
+        let t0 = Instant::now();
+        let dec = nov().next();
+        view.replace(dec, HashSet::from([1]), t0);
+        view.apply(MarkerKind::Month, 2, nov().start_unix(), true);
+        view.apply(MarkerKind::Month, 3, nov().start_unix() + 1, true);
+        assert_eq!(view.lookup(2, dec, t0), Lookup::Unmarked);
+        assert_eq!(view.lookup(3, dec, t0), Lookup::Unmarked);
+        let jan = dec.next();
+        view.apply(MarkerKind::Month, 4, jan.start_unix(), true);
+        assert_eq!(view.lookup(4, jan, t0), Lookup::Marked);
+        assert_eq!(view.lookup(1, jan, t0), Lookup::Unmarked);
+
+        let day = Day::containing(jan.start());
+        view.apply(MarkerKind::Day, 5, day.start_unix(), true);
+        assert!(view.day_marked(5, day));
+        view.apply(MarkerKind::Day, 5, day.start_unix(), false);
+        assert!(!view.day_marked(5, day));
+    }
+
+    #[test]
+    fn a_loaded_view_is_fresh_only_after_a_listing_and_for_two_listing_intervals() {
+        let view = MarkerView::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        view.load(
+            (nov(), HashSet::from([7])),
+            (Day::containing(nov().start()), HashSet::new()),
+            t0,
+        );
+        assert_eq!(view.lookup(7, nov(), t0), Lookup::Stale);
+        view.listed(t0, Duration::from_secs(60));
+        assert_eq!(
+            view.lookup(7, nov(), t0 + Duration::from_secs(120)),
+            Lookup::Marked
+        );
+        assert_eq!(
+            view.lookup(7, nov(), t0 + Duration::from_secs(121)),
+            Lookup::Stale
+        );
+        view.listed(t0, Duration::from_secs(1));
+        assert_eq!(
+            view.lookup(7, nov(), t0 + Duration::from_secs(10)),
+            Lookup::Marked
+        );
+        assert_eq!(
+            view.lookup(7, nov(), t0 + Duration::from_secs(11)),
+            Lookup::Stale
+        );
     }
 }

@@ -1,10 +1,14 @@
 //! The throttler's background worker: the only place that talks to the marker store
 //! on the request path's behalf.
 //!
-//! It refreshes the view every `refresh_interval` by listing the marker prefix, and
-//! executes exhaust/restore commands. A failed write leaves the view unmarked (fail
-//! open) and the account is retried on a later call, no sooner than one refresh
-//! interval later.
+//! Every `refresh_interval` it ticks (see `listing.rs`: the lister's lease and, when due,
+//! the fleet's KV listing), and it executes exhaust/restore commands. A failed write
+//! leaves the view unmarked (fail open) and the account is retried on a later call, no
+//! sooner than one refresh interval later.
+//!
+//! Every marker this process writes or removes in KV is recorded in `fleet_marker` right
+//! after (a removal's tombstone right before), so the whole fleet honours it within a
+//! second, and every marker it writes is re-checked against PostgreSQL (`settle.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -15,6 +19,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::core::{Command, Inner};
+use super::fleet::{MarkerKind, lease, table};
+use super::settle::{fleet_failed, fleet_holds, recheck, record};
 use super::store::{
     StoreError, daily_marker_expiration, daily_marker_key, marker_expiration, marker_key,
     sending_at,
@@ -33,7 +39,7 @@ pub(super) async fn run(
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
-            _ = tick.tick() => refresh(&inner).await,
+            _ = tick.tick() => super::listing::tick(&inner).await,
             command = rx.recv() => {
                 let Some(first) = command else { break };
                 // Take whatever else is waiting, so a burst of exhausts is one batch.
@@ -53,12 +59,20 @@ pub(super) async fn run(
             metrics::gauge!("tollgate_marker_view_age_seconds").set(age.as_secs_f64());
         }
     }
+    // Hand the listing over at once rather than after the lease expires.
+    if inner.lister.load(Ordering::Relaxed) {
+        let release = lease::release(&inner.fleet.db, inner.fleet.process);
+        match tokio::time::timeout(std::time::Duration::from_secs(2), release).await {
+            Ok(Ok(())) => tracing::info!("lister lease released"),
+            _ => tracing::warn!("lister lease not released; it expires on its own"),
+        }
+    }
 }
 
 /// Most commands taken from the queue in one round.
 const MAX_COMMANDS_PER_ROUND: usize = 10_000;
-/// Above this many exhausts in a round, one listing and one bulk write replace the
-/// per-key read and write, so a burst of exhaustions stays within the call budget.
+/// Above this many exhausts in a round, one bulk write replaces the per-key read and
+/// write, so a burst of exhaustions stays within the call budget.
 const BATCH_THRESHOLD: usize = 10;
 
 /// Runs commands in their order, exhausts that follow each other as one batch.
@@ -80,13 +94,7 @@ async fn execute(inner: &Inner, commands: Vec<Command>) {
                 day,
                 now,
             } => exhaust_day(inner, account_id, day, now).await,
-            Command::RestoreDay { account_id, day } => {
-                let key = daily_marker_key(account_id, day);
-                match inner.store.delete(&key).await {
-                    Ok(()) => inner.view.remove_day(account_id),
-                    Err(e) => failed(inner, "restore_day", &e),
-                }
-            }
+            Command::RestoreDay { account_id, day } => restore_day(inner, account_id, day).await,
         }
     }
     exhaust_all(inner, exhausts).await;
@@ -106,21 +114,43 @@ async fn exhaust_all(inner: &Inner, exhausts: Vec<(i64, Month, chrono::DateTime<
         .filter(|e| e.1 == month)
         .map(|e| e.0)
         .collect();
-    let result = async {
-        let listed = inner.store.marked_accounts(month).await?;
-        let missing: Vec<String> = accounts
-            .iter()
-            .filter(|a| !listed.contains(a))
-            .map(|a| marker_key(*a, month))
-            .collect();
-        inner
-            .store
-            .put_many(&missing, marker_expiration(month, sending_at(now)))
-            .await?;
-        Ok::<_, StoreError>(missing.len())
-    }
-    .await;
+    // The fleet's table says which markers exist: no listing, which is the lister's job.
+    let marked = table::marked_among(
+        &inner.fleet.db,
+        MarkerKind::Month,
+        month.start_unix(),
+        &accounts,
+    )
+    .await
+    .unwrap_or_else(|e| {
+        fleet_failed("read", &e);
+        Default::default()
+    });
+    let missing: Vec<i64> = accounts
+        .iter()
+        .filter(|a| !marked.contains(a))
+        .copied()
+        .collect();
+    let keys: Vec<String> = missing.iter().map(|a| marker_key(*a, month)).collect();
+    let result = inner
+        .store
+        .put_many(&keys, marker_expiration(month, sending_at(now)))
+        .await
+        .map(|()| keys.len());
+    let written = result.is_ok();
     settle_exhausts(inner, &accounts, month, result);
+    if written {
+        record(
+            inner,
+            MarkerKind::Month,
+            month.start_unix(),
+            &missing,
+            true,
+            "exhaust",
+        )
+        .await;
+        recheck(inner, MarkerKind::Month, month.start_unix(), &missing).await;
+    }
     let mut pending = lock(&inner.pending);
     for (account_id, _, _) in &exhausts {
         pending.remove(account_id);
@@ -164,7 +194,7 @@ fn settle_exhausts(
     }
 }
 
-fn failed(inner: &Inner, op: &'static str, err: &StoreError) {
+pub(super) fn failed(inner: &Inner, op: &'static str, err: &StoreError) {
     inner.fail_open.fetch_add(1, Ordering::Relaxed);
     metrics::counter!("tollgate_throttle_fail_open_total", "reason" => err.reason()).increment(1);
     if inner.fail_open_log.allow() {
@@ -174,25 +204,12 @@ fn failed(inner: &Inner, op: &'static str, err: &StoreError) {
     }
 }
 
-async fn refresh(inner: &Inner) {
-    let now = Utc::now();
-    let month = Month::containing(now);
-    let started = Instant::now();
-    match inner.store.marked_accounts(month).await {
-        Ok(accounts) => inner.view.replace(month, accounts, started),
-        Err(e) => failed(inner, "refresh", &e),
-    }
-    if inner.daily_in_use.load(Ordering::Relaxed) {
-        let day = Day::containing(now);
-        match inner.store.marked_today(day).await {
-            Ok(accounts) => inner.view.replace_day(day, accounts),
-            Err(e) => failed(inner, "refresh_day", &e),
-        }
-    }
-}
-
 async fn exhaust_day(inner: &Inner, account_id: i64, day: Day, now: chrono::DateTime<Utc>) {
     let key = daily_marker_key(account_id, day);
+    if fleet_holds(inner, MarkerKind::Day, day.start_unix(), account_id).await {
+        inner.view.insert_day(account_id, day);
+        return;
+    }
     let result = async {
         if !inner.store.exists(&key).await? {
             inner
@@ -207,12 +224,45 @@ async fn exhaust_day(inner: &Inner, account_id: i64, day: Day, now: chrono::Date
         Ok(()) => {
             inner.view.insert_day(account_id, day);
             tracing::info!(account_id, key, "daily exhaustion marker written");
+            record(
+                inner,
+                MarkerKind::Day,
+                day.start_unix(),
+                &[account_id],
+                true,
+                "exhaust",
+            )
+            .await;
+            recheck(inner, MarkerKind::Day, day.start_unix(), &[account_id]).await;
         }
         Err(e) => failed(inner, "exhaust_day", &e),
     }
 }
 
+pub(super) async fn restore_day(inner: &Inner, account_id: i64, day: Day) {
+    record(
+        inner,
+        MarkerKind::Day,
+        day.start_unix(),
+        &[account_id],
+        false,
+        "restore",
+    )
+    .await;
+    let key = daily_marker_key(account_id, day);
+    match inner.store.delete(&key).await {
+        Ok(()) => inner.view.remove_day(account_id),
+        Err(e) => failed(inner, "restore_day", &e),
+    }
+}
+
 async fn exhaust(inner: &Inner, account_id: i64, month: Month, now: chrono::DateTime<Utc>) {
+    let period = month.start_unix();
+    if fleet_holds(inner, MarkerKind::Month, period, account_id).await {
+        settle_exhausts(inner, &[account_id], month, Ok(0));
+        lock(&inner.pending).remove(&account_id);
+        return;
+    }
     let key = marker_key(account_id, month);
     let result = async {
         if inner.store.exists(&key).await? {
@@ -225,11 +275,35 @@ async fn exhaust(inner: &Inner, account_id: i64, month: Month, now: chrono::Date
         Ok::<_, StoreError>(true)
     }
     .await;
+    let stored = result.is_ok();
     settle_exhausts(inner, &[account_id], month, result.map(usize::from));
     lock(&inner.pending).remove(&account_id);
+    if stored {
+        record(
+            inner,
+            MarkerKind::Month,
+            period,
+            &[account_id],
+            true,
+            "exhaust",
+        )
+        .await;
+        recheck(inner, MarkerKind::Month, period, &[account_id]).await;
+    }
 }
 
-async fn restore(inner: &Inner, account_id: i64, month: Month) {
+/// Removes the marker: the fleet's table first (the account has units again, whatever
+/// KV answers), then KV.
+pub(super) async fn restore(inner: &Inner, account_id: i64, month: Month) {
+    record(
+        inner,
+        MarkerKind::Month,
+        month.start_unix(),
+        &[account_id],
+        false,
+        "restore",
+    )
+    .await;
     let key = marker_key(account_id, month);
     match inner.store.delete(&key).await {
         Ok(()) => {

@@ -1,15 +1,18 @@
 //! Marker reconciliation, from the quota side: PostgreSQL decides which accounts
-//! are exhausted this month, and the throttler makes the marker store agree.
+//! are exhausted this month, and the throttler makes the marker store agree. Also the
+//! quota side's answer to the throttler's re-check after each marker write
+//! ([`StandingCheck`]).
 
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::report::month_standings;
+use super::report::{month_standings, standings};
+use super::rules::{MarkerAction, daily_marker_action, marker_action};
 use crate::month::Month;
 use crate::throttle::store::StoreError;
-use crate::throttle::{ReconcileReport, Throttler};
+use crate::throttle::{MarkerCheck, ReconcileReport, Throttler, WantedMarkers};
 
 /// Accounts read from PostgreSQL per page.
 const PAGE: i64 = 1_000;
@@ -52,5 +55,31 @@ pub async fn reconcile_markers(
             })
         }
         other => Ok(other?),
+    }
+}
+
+/// Tells the throttler, right after it wrote markers, which of them PostgreSQL's
+/// standings still call for: the same rules as accounting's (soft plans only).
+pub struct StandingCheck {
+    pub db: PgPool,
+    pub free_monthly_calls: i64,
+}
+
+#[async_trait::async_trait]
+impl MarkerCheck for StandingCheck {
+    async fn wanted(&self, accounts: &[i64], now: DateTime<Utc>) -> anyhow::Result<WantedMarkers> {
+        let mut conn = self.db.acquire().await?;
+        let month = Month::containing(now);
+        let standings = standings(&mut conn, accounts, month, now, self.free_monthly_calls).await?;
+        let mut wanted = WantedMarkers::default();
+        for standing in &standings {
+            if marker_action(standing, false) == MarkerAction::Exhaust {
+                wanted.month.insert(standing.account_id);
+            }
+            if daily_marker_action(standing, false) == MarkerAction::Exhaust {
+                wanted.day.insert(standing.account_id);
+            }
+        }
+        Ok(wanted)
     }
 }

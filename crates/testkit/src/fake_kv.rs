@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
@@ -137,9 +137,22 @@ impl FakeKv {
         self.shared.lock().calls.clone()
     }
 
+    /// Every request received so far with the instant it arrived, in order.
+    pub fn timed_calls(&self) -> Vec<(Instant, RecordedCall)> {
+        let state = self.shared.lock();
+        state
+            .call_times
+            .iter()
+            .copied()
+            .zip(state.calls.iter().cloned())
+            .collect()
+    }
+
     /// Forgets the recorded requests.
     pub fn clear_calls(&self) {
-        self.shared.lock().calls.clear();
+        let mut state = self.shared.lock();
+        state.calls.clear();
+        state.call_times.clear();
     }
 
     /// Stores a value directly, without the API's validation (a past expiration is allowed
@@ -193,6 +206,8 @@ struct StoreState {
     entries: BTreeMap<String, Entry>,
     fault: Fault,
     calls: Vec<RecordedCall>,
+    /// When each of `calls` arrived.
+    call_times: Vec<Instant>,
 }
 
 struct Entry {
@@ -248,6 +263,7 @@ async fn record_and_fault(State(shared): State<Shared>, request: Request, next: 
     let fault = {
         let mut state = shared.lock();
         state.calls.push(call);
+        state.call_times.push(Instant::now());
         state.fault.clone()
     };
     match fault {

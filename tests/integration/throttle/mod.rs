@@ -1,14 +1,18 @@
-//! Soft throttling end to end (issue 4; SPEC §3.1 step 3, §3.3 reconcile, §5): the
+//! Soft throttling end to end (issue 4; SPEC §3.1 step 3, §3.3 reconcile, §5, §8): the
 //! admission hash as customers see it, exhaustion markers in a local Cloudflare KV
-//! server, the marker view's refresh, every fail-open path, two replicas over one
-//! database and one KV namespace, and reconciliation.
+//! server, the marker view's refresh, every fail-open path, replicas over one database
+//! and one KV namespace (one fleet budget, one lister, markers shared through
+//! PostgreSQL, exhaustions racing upgrades), and reconciliation.
 //!
 //! The admission bucket is computed here from the SPEC's formula with `sha2`, never
 //! with the crate's own code, so a drift in either shows up.
 
 mod admission;
+mod budget;
 mod faults;
+mod fleet;
 mod markers;
+mod races;
 mod reconcile;
 mod replicas;
 
@@ -151,6 +155,17 @@ async fn kv_app(kv: &FakeKv, adjust: impl FnOnce(&mut Config)) -> TestApp {
     .await
 }
 
+/// Another replica of `first`'s fleet (same database, upstream and KV), configured as
+/// `kv_app` does, then by `adjust`.
+async fn replica_of(first: &TestApp, kv: &FakeKv, adjust: impl FnOnce(&mut Config)) -> TestApp {
+    let mut config = test_config(&first.db, &first.upstream);
+    use_kv(&mut config, kv);
+    config.usage.free_monthly_calls = FREE_CALLS;
+    config.throttle.refresh_interval_ms = REFRESH_MS;
+    adjust(&mut config);
+    spawn_replica(first.db.clone(), first.upstream.clone(), config).await
+}
+
 /// Uses up a customer's free grant and checks PostgreSQL agrees it is exhausted.
 async fn use_up_free_calls(app: &TestApp, customer: &Customer) {
     let outcomes = calls(app, &customer.api_key, FREE_CALLS as usize, 1).await;
@@ -159,6 +174,21 @@ async fn use_up_free_calls(app: &TestApp, customer: &Customer) {
     let usage = app.usage_of(customer.account_id).await;
     assert_eq!(usage["remaining"], 0);
     assert_eq!(usage["exhausted"], true);
+}
+
+/// Makes PostgreSQL say the account has used `used` units this month, as another
+/// replica's accounting would have.
+async fn set_used(app: &TestApp, account_id: i64, used: i64) {
+    sqlx::query(
+        "INSERT INTO usage_counter (account_id, month_start, used)
+         VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', $2)
+         ON CONFLICT (account_id, month_start) DO UPDATE SET used = EXCLUDED.used",
+    )
+    .bind(account_id)
+    .bind(used)
+    .execute(&app.db.pool)
+    .await
+    .unwrap();
 }
 
 /// Waits until the account's marker is in KV and in this replica's view.
