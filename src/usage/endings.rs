@@ -10,8 +10,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use super::announce::announce;
 use super::grants::{Grant, ensure_free_subscriptions, ensure_snapshots, load_subscriptions};
-use super::quota::announce;
 use super::report::standings;
 use super::rules::Standing;
 use super::subscriptions::{ActivationError, Allocation};

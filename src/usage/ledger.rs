@@ -15,17 +15,19 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::announce::announce_standings;
 use super::event::UsageEvent;
 use super::grants::{
     Grant, allowance_of, ensure_free_subscriptions, ensure_snapshots, load_snapshots,
     load_subscriptions,
 };
-use super::quota::{QuotaView, announce_standings};
+use super::quota::QuotaView;
 use super::report::load_credits;
 use super::rules::{
-    MarkerAction, Standing, Subscription, active_subscription, beyond_allowance, credits_at,
-    daily_marker_action, marker_action, spend_credits, standing_of,
+    MarkerAction, Standing, Subscription, active_subscription, daily_marker_action, marker_action,
+    standing_of,
 };
+use super::spending::{beyond_allowance, credits_at, spend_credits};
 use crate::month::{Day, Month};
 use crate::sync::lock;
 use crate::throttle::Throttler;

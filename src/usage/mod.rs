@@ -5,6 +5,7 @@
 //! them into ledger rows and counters and tells the throttler when an account's
 //! current month is used up.
 
+pub mod announce;
 pub mod endings;
 pub mod event;
 pub mod grants;
@@ -16,6 +17,7 @@ pub mod reconcile;
 pub mod report;
 pub mod rules;
 pub mod series;
+pub mod spending;
 pub mod subscriptions;
 pub mod topups;
 pub mod transport;

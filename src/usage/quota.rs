@@ -26,14 +26,14 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::announce::{CHANNEL, News};
 use super::report::standings;
-use super::rules::{Enforcement, Standing, reservation_block};
+use super::rules::{Enforcement, Standing};
+use super::spending::reservation_block;
 use crate::month::{Day, Month, seconds_until};
 use crate::sync::lock;
 use crate::throttle::Throttler;
 
-/// Channel on which replicas announce accounts whose standing changed.
-pub const CHANNEL: &str = "tollgate_standing";
 /// How long an entry is trusted without news (a safety net under notifications).
 const ENTRY_TTL: Duration = Duration::from_secs(60);
 /// Entries held at most; a full view starts over.
@@ -479,7 +479,7 @@ async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
                         continue;
                     };
                     if let Some(entry) = entries.get_mut(&news.account_id) {
-                        news.apply(entry);
+                        apply_news(news, entry);
                     }
                 }
             }
@@ -496,124 +496,21 @@ async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
     }
 }
 
-/// One account's news in a notification: `id` alone (its plan changed: read it again)
-/// or `id:used:credits:used_today` (accounting moved its figures; the plan is as it was).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct News {
-    account_id: i64,
-    figures: Option<(i64, i64, i64)>,
-}
-
-impl News {
-    fn parse(item: &str) -> Option<Self> {
-        let mut parts = item.split(':').map(|p| p.parse::<i64>().ok());
-        let account_id = parts.next()??;
-        let figures = match (parts.next(), parts.next(), parts.next()) {
-            (Some(Some(used)), Some(Some(credits)), Some(Some(today))) => {
-                Some((used, credits, today))
+/// Applies another replica's news to this replica's entry of the account.
+/// Figures of the entry's own month and day update it in place; anything else has
+/// it read again on its next call. A held block stays either way.
+fn apply_news(news: News, entry: &mut Entry) {
+    let now = Utc::now();
+    match news.figures {
+        Some((used, credits, today))
+            if entry.month == Month::containing(now) && entry.day == Day::containing(now) =>
+        {
+            entry.standing.used = used;
+            entry.standing.credits = credits;
+            if let Some(daily) = entry.standing.daily.as_mut() {
+                daily.used = today;
             }
-            _ => None,
-        };
-        Some(Self {
-            account_id,
-            figures,
-        })
-    }
-
-    fn render(standing: &Standing) -> String {
-        let today = standing.daily.map_or(0, |d| d.used);
-        format!(
-            "{}:{}:{}:{today}",
-            standing.account_id, standing.used, standing.credits
-        )
-    }
-
-    /// Figures of the entry's own month and day update it in place; anything else has
-    /// it read again on its next call. A held block stays either way.
-    fn apply(self, entry: &mut Entry) {
-        let now = Utc::now();
-        match self.figures {
-            Some((used, credits, today))
-                if entry.month == Month::containing(now) && entry.day == Day::containing(now) =>
-            {
-                entry.standing.used = used;
-                entry.standing.credits = credits;
-                if let Some(daily) = entry.standing.daily.as_mut() {
-                    daily.used = today;
-                }
-            }
-            _ => entry.loaded_at = Instant::now() - ENTRY_TTL,
         }
-    }
-}
-
-/// Tells the other replicas (when `tx` commits) what accounting just made of these
-/// standings, so their views follow without reading PostgreSQL.
-pub async fn announce_standings(
-    conn: &mut sqlx::PgConnection,
-    from: Option<Uuid>,
-    standings: &[Standing],
-) -> Result<(), sqlx::Error> {
-    let items: Vec<String> = standings.iter().map(News::render).collect();
-    notify(conn, from, &items).await
-}
-
-/// Tells the other replicas (when `tx` commits) that the plans of `account_ids`
-/// changed: their views read them again. `from` is the announcing replica, whose own
-/// view is already current.
-pub async fn announce(
-    conn: &mut sqlx::PgConnection,
-    from: Option<Uuid>,
-    account_ids: &[i64],
-) -> Result<(), sqlx::Error> {
-    let items: Vec<String> = account_ids.iter().map(i64::to_string).collect();
-    notify(conn, from, &items).await
-}
-
-async fn notify(
-    conn: &mut sqlx::PgConnection,
-    from: Option<Uuid>,
-    items: &[String],
-) -> Result<(), sqlx::Error> {
-    if items.is_empty() {
-        return Ok(());
-    }
-    let from = from.map(|r| r.to_string()).unwrap_or_default();
-    // NOTIFY payloads stay under 8,000 bytes.
-    let payloads: Vec<String> = items
-        .chunks(150)
-        .map(|chunk| format!("{from}|{}", chunk.join(",")))
-        .collect();
-    sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
-        .bind(CHANNEL)
-        .bind(payloads)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn news_carries_figures_or_asks_for_a_fresh_read() {
-        assert_eq!(
-            News::parse("42:10:3:7"),
-            Some(News {
-                account_id: 42,
-                figures: Some((10, 3, 7))
-            })
-        );
-        assert_eq!(
-            News::parse("42"),
-            Some(News {
-                account_id: 42,
-                figures: None
-            })
-        );
-        assert_eq!(News::parse("x:1:2:3"), None);
-        let standing = free_standing(42, 3000);
-        assert_eq!(News::render(&standing), "42:0:0:0");
+        _ => entry.loaded_at = Instant::now() - ENTRY_TTL,
     }
 }

@@ -13,9 +13,9 @@ use utoipa::ToSchema;
 
 use super::grants::{allowance_of, load_snapshots, load_subscriptions};
 use super::rules::{
-    Credit, Enforcement, FREE_PLAN, Standing, Subscription, active_subscription, credits_at,
-    standing_of,
+    Enforcement, FREE_PLAN, Standing, Subscription, active_subscription, standing_of,
 };
+use super::spending::{Credit, credits_at};
 use crate::month::{Day, Month};
 
 /// The usage object of SPEC §3.4.

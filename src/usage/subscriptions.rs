@@ -8,8 +8,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
+use super::announce::announce;
 use super::grants::{Grant, ensure_free_subscriptions, ensure_snapshots, load_subscriptions};
-use super::quota::{QuotaView, announce};
+use super::quota::QuotaView;
 use super::report::standings;
 use super::rules::{
     Enforcement, MarkerAction, Standing, Subscription, daily_marker_action, marker_action,

@@ -1,9 +1,9 @@
 //! One-off top-ups (SPEC §6): credit an operator adds to an account, spent only once
-//! the month's allowance is used up (see [`super::rules::spend_credits`]).
+//! the month's allowance is used up (see [`super::spending::spend_credits`]).
 
 use chrono::{DateTime, Utc};
 
-use super::quota::announce;
+use super::announce::announce;
 use super::report::standings;
 use super::subscriptions::{ActivationError, Allocation};
 use crate::month::Month;
