@@ -21,7 +21,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::account::limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
-use crate::auth::limits::FailureLimiter;
 use crate::auth::password::Passwords;
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
 use crate::config::{Config, MarkerStoreKind};
@@ -172,10 +171,7 @@ impl Gateway {
             free_monthly_calls: config.usage.free_monthly_calls,
             metering: config.usage_check.enabled,
         };
-        let redeem_limits =
-            FailureLimiter::per_hour("redeem", config.account.login_failures_per_hour);
         let state = AppState::new(Shared {
-            redeem_limits,
             quota,
             pricing,
             allocation,

@@ -10,7 +10,6 @@ use sqlx::PgPool;
 
 use crate::account::limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
-use crate::auth::limits::FailureLimiter;
 use crate::auth::password::Passwords;
 use crate::config::Config;
 use crate::proxy::pricing::Pricing;
@@ -42,10 +41,8 @@ pub struct Shared {
     pub keys: KeyCache,
     /// The bounded gate of password hashing on this replica.
     pub passwords: Passwords,
-    /// Signup, login-failure limits of this replica.
+    /// Signup, login-failure and redemption-failure limits of this replica.
     pub limits: Arc<AccountLimits>,
-    /// Failed code redemptions of this replica, per account and per client address.
-    pub redeem_limits: FailureLimiter,
 }
 
 impl AppState {

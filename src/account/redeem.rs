@@ -15,10 +15,11 @@ use chrono::{DateTime, Months, Utc};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::limits::ClientIp;
+
 use crate::admin::SubscriptionCreated;
 use crate::admin::handlers::activation_error;
 use crate::auth::SessionPrincipal;
-use crate::auth::limits::ClientIp;
 use crate::auth::token::{REDEMPTION_CODE_PREFIX, TokenHash, plausible};
 use crate::error::{ApiError, ErrorBody, JsonBody};
 use crate::state::AppState;
@@ -70,10 +71,10 @@ pub async fn redeem(
     JsonBody(req): JsonBody<RedeemRequest>,
 ) -> Result<(StatusCode, Json<SubscriptionCreated>), ApiError> {
     let account_id = session.account_id;
-    state.redeem_limits.allowed(account_id, ip)?;
+    state.limits.redeem_allowed(account_id, ip)?;
     let result = redeem_code(&state, account_id, req.code.trim(), Utc::now()).await;
     if let Err(ApiError::CodeNotFound | ApiError::CodeUsed | ApiError::CodeExpired) = &result {
-        state.redeem_limits.failed(account_id, ip);
+        state.limits.redeem_failed(account_id, ip);
         tracing::info!(account_id, "redemption refused");
     }
     result.map(|created| (StatusCode::CREATED, Json(created)))

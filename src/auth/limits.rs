@@ -1,26 +1,25 @@
-//! Failed-attempt limits (SPEC §2 `account.login_failures_per_hour`, §11), per replica.
+//! Keyed attempt limits (SPEC §2 `account.*`, §11), kept per replica in memory.
 //!
-//! A [`FailureLimiter`] counts failures per account and per client address with a keyed
-//! GCRA ([`governor`]): `n` per hour is a burst of `n`, then one more every `3600 / n`
-//! seconds. An attempt is judged *before* it is tried — past the limit it is refused
-//! with `429 TOO_MANY_REQUESTS` and a `Retry-After` even when it would have succeeded —
-//! and only failures are counted, so judging must not count: [`FailureCount::peek`]
-//! decides on the stored state without changing it. Attempts that all pass the check
-//! before any of them fails may overshoot by the attempts in flight.
+//! A [`KeyedLimit`] is a keyed GCRA ([`governor`]): `n` per hour is a burst of `n`, then
+//! one more every `3600 / n` seconds; a refusal says how long until the next one fits.
+//! A [`FailureLimiter`] counts failures per subject (an account, an email's hash) and per
+//! client address. An attempt is judged *before* it is tried — past the limit it is
+//! refused with `429 TOO_MANY_REQUESTS` and a `Retry-After` even when it would have
+//! succeeded — and only failures are counted, so judging must not count:
+//! [`KeyedLimit::peek`] decides on the stored state without changing it. Attempts that
+//! all pass the check before any of them fails may overshoot by the attempts in flight.
 //!
-//! Redemption codes use it today. It is shaped like the login-failure limit (per
-//! account ~ per email, per address) so both can later share one set of counters.
-//! Client addresses count as their TCP peer, IPv6 by its /64. Memory is bounded: a
-//! count holding [`MAX_KEYS`] keys drops the ones back at fresh, else starts over.
+//! Client addresses count IPv6 by its /64 (one host usually holds a whole /64). Memory is
+//! bounded: `housekeep` drops keys back at a fresh state (run every minute), and a limit
+//! holding [`MAX_KEYS`] keys drops its stale ones, or else starts over, before it takes a
+//! new one.
 
 use std::hash::Hash;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, FromRequestParts};
-use axum::http::request::Parts;
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
@@ -29,73 +28,63 @@ use governor::state::{NotKeyed, StateStore};
 use governor::{Quota, RateLimiter};
 
 use crate::error::ApiError;
+use crate::telemetry::RateLimitedLog;
 
 /// Most keys one count holds.
 pub const MAX_KEYS: usize = 100_000;
 
-/// Failures per account and per client address, `n` an hour each.
-pub struct FailureLimiter<C: Clock = DefaultClock> {
+/// Failures per subject `K` and per client address, `n` an hour each.
+pub struct FailureLimiter<K: Hash + Eq + Clone, C: Clock = DefaultClock> {
     kind: &'static str,
-    by_account: FailureCount<i64, C>,
-    by_ip: FailureCount<IpAddr, C>,
+    by_subject: KeyedLimit<K, C>,
+    by_ip: KeyedLimit<IpAddr, C>,
 }
 
-impl FailureLimiter {
+impl<K: Hash + Eq + Clone> FailureLimiter<K> {
     /// A limiter of `per_hour` failures (at least 1) for attempts of `kind` (a metric label).
     pub fn per_hour(kind: &'static str, per_hour: u32) -> Self {
         Self::with_clock(kind, per_hour, DefaultClock::default())
     }
 }
 
-impl<C: Clock + Clone> FailureLimiter<C> {
+impl<K: Hash + Eq + Clone, C: Clock + Clone> FailureLimiter<K, C> {
     pub fn with_clock(kind: &'static str, per_hour: u32, clock: C) -> Self {
         Self {
             kind,
-            by_account: FailureCount::per_hour(per_hour, clock.clone()),
-            by_ip: FailureCount::per_hour(per_hour, clock),
+            by_subject: KeyedLimit::per_hour(per_hour, clock.clone()),
+            by_ip: KeyedLimit::per_hour(per_hour, clock),
         }
     }
 
-    /// Whether `account_id` may try from `ip` now; counts nothing.
-    pub fn allowed(&self, account_id: i64, ip: IpAddr) -> Result<(), ApiError> {
-        let by_account = self.by_account.peek(&account_id);
+    /// Whether `subject` may try from `ip` now; counts nothing.
+    pub fn allowed(&self, subject: &K, ip: IpAddr) -> Result<(), ApiError> {
+        let by_subject = self.by_subject.peek(subject);
         let by_ip = self.by_ip.peek(&client_key(ip));
-        match (by_account, by_ip) {
+        match (by_subject, by_ip) {
             (Ok(()), Ok(())) => Ok(()),
-            (Err(a), Err(b)) => Err(self.refused(a.max(b))),
-            (Err(wait), _) | (_, Err(wait)) => Err(self.refused(wait)),
+            (Err(a), Err(b)) => Err(refused(self.kind, a.max(b))),
+            (Err(wait), _) | (_, Err(wait)) => Err(refused(self.kind, wait)),
         }
     }
 
-    /// Counts one failed attempt of `account_id` from `ip`.
-    pub fn failed(&self, account_id: i64, ip: IpAddr) {
-        let _ = self.by_account.check(&account_id);
+    /// Counts one failed attempt of `subject` from `ip`.
+    pub fn failed(&self, subject: &K, ip: IpAddr) {
+        let _ = self.by_subject.check(subject);
         let _ = self.by_ip.check(&client_key(ip));
     }
 
-    fn refused(&self, wait: Duration) -> ApiError {
-        metrics::counter!("tollgate_attempts_limited_total", "kind" => self.kind).increment(1);
-        ApiError::TooManyRequests {
-            retry_after_secs: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
-        }
+    /// Drops the keys whose state is back at fresh.
+    pub fn housekeep(&self) {
+        self.by_subject.housekeep();
+        self.by_ip.housekeep();
     }
 }
 
-/// The address a request counts under: its TCP peer (`X-Forwarded-For` is not read).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientIp(pub IpAddr);
-
-impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
-    type Rejection = std::convert::Infallible;
-
-    /// A router served without connect info (no peer known) counts as `0.0.0.0`.
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(ClientIp(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |peer| peer.0.ip()),
-        ))
+/// The refusal of an attempt of `kind` that has to wait `wait`, counted in metrics.
+pub fn refused(kind: &'static str, wait: Duration) -> ApiError {
+    metrics::counter!("tollgate_account_limited_total", "kind" => kind).increment(1);
+    ApiError::TooManyRequests {
+        retry_after_secs: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
     }
 }
 
@@ -163,13 +152,15 @@ impl<K: Hash + Eq + Clone> ShrinkableKeyedStateStore<Probe<K>> for PeekableStore
     }
 }
 
-/// Failures of one kind of key, `n` an hour.
-pub struct FailureCount<K: Hash + Eq + Clone, C: Clock = DefaultClock> {
+/// One keyed limit of `n` per hour.
+pub struct KeyedLimit<K: Hash + Eq + Clone, C: Clock = DefaultClock> {
     limiter: RateLimiter<Probe<K>, PeekableStore<K>, C, NoOpMiddleware<C::Instant>>,
     keys: Arc<DashMapStateStore<K>>,
 }
 
-impl<K: Hash + Eq + Clone, C: Clock> FailureCount<K, C> {
+static FULL_LOG: LazyLock<RateLimitedLog> = LazyLock::new(RateLimitedLog::default);
+
+impl<K: Hash + Eq + Clone, C: Clock> KeyedLimit<K, C> {
     pub fn per_hour(n: u32, clock: C) -> Self {
         let quota = Quota::per_hour(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN));
         let keys = Arc::new(DashMapStateStore::default());
@@ -179,25 +170,23 @@ impl<K: Hash + Eq + Clone, C: Clock> FailureCount<K, C> {
         }
     }
 
-    /// Counts one failure of `key`; when it does not fit, how long until one would.
+    /// Counts one event of `key`; when it does not fit, how long until one would.
     pub fn check(&self, key: &K) -> Result<(), Duration> {
         if self.keys.len() >= MAX_KEYS && !self.keys.contains_key(key) {
-            self.limiter.retain_recent();
-            if self.keys.len() >= MAX_KEYS {
-                // Every key is live: start over rather than grow or refuse everyone.
-                self.keys.clear();
-                tracing::warn!(
-                    max_keys = MAX_KEYS,
-                    "a failure count was full and started over"
-                );
-            }
+            self.make_room();
         }
         self.decide(key, false)
     }
 
-    /// Whether one more failure of `key` would fit now, counting nothing.
+    /// Whether one more event of `key` would fit now, counting nothing.
     pub fn peek(&self, key: &K) -> Result<(), Duration> {
         self.decide(key, true)
+    }
+
+    /// Drops the keys whose state is back at fresh.
+    pub fn housekeep(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
     }
 
     /// Keys held now.
@@ -218,10 +207,29 @@ impl<K: Hash + Eq + Clone, C: Clock> FailureCount<K, C> {
             .check_key(&probe)
             .map_err(|not_until| not_until.wait_time_from(self.limiter.clock().now()))
     }
+
+    /// A full limit drops its stale keys; if every key is live it starts over (the
+    /// limit fails open for those keys rather than refusing everyone or growing).
+    fn make_room(&self) {
+        self.limiter.retain_recent();
+        if self.keys.len() >= MAX_KEYS {
+            self.keys.clear();
+            metrics::counter!("tollgate_account_limit_resets_total").increment(1);
+            if FULL_LOG.allow() {
+                tracing::warn!(
+                    max_keys = MAX_KEYS,
+                    suppressed = FULL_LOG.take_suppressed(),
+                    "an account limit was full of live keys and started over"
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use governor::clock::FakeRelativeClock;
 
     use super::*;
@@ -239,22 +247,22 @@ mod tests {
     #[test]
     fn judging_counts_nothing_and_the_eleventh_attempt_waits_six_minutes() {
         let clock = FakeRelativeClock::default();
-        let limits = FailureLimiter::with_clock("redeem", 10, clock.clone());
+        let limits = FailureLimiter::<i64, _>::with_clock("redeem", 10, clock.clone());
         for _ in 0..100 {
-            limits.allowed(7, HOME).unwrap();
+            limits.allowed(&7, HOME).unwrap();
         }
         for _ in 0..10 {
-            limits.allowed(7, HOME).unwrap();
-            limits.failed(7, HOME);
+            limits.allowed(&7, HOME).unwrap();
+            limits.failed(&7, HOME);
         }
         // Ten an hour: the next failure fits six minutes on, by account or by address.
-        assert_eq!(retry_after(limits.allowed(7, AWAY)), 360);
-        assert_eq!(retry_after(limits.allowed(8, HOME)), 360);
-        limits.allowed(8, AWAY).unwrap();
+        assert_eq!(retry_after(limits.allowed(&7, AWAY)), 360);
+        assert_eq!(retry_after(limits.allowed(&8, HOME)), 360);
+        limits.allowed(&8, AWAY).unwrap();
         clock.advance(Duration::from_secs(359));
-        assert_eq!(retry_after(limits.allowed(7, HOME)), 1);
+        assert_eq!(retry_after(limits.allowed(&7, HOME)), 1);
         clock.advance(Duration::from_secs(1));
-        limits.allowed(7, HOME).unwrap();
+        limits.allowed(&7, HOME).unwrap();
     }
 
     #[test]
@@ -269,10 +277,15 @@ mod tests {
     }
 
     #[test]
-    fn a_peek_stores_no_key() {
-        let count = FailureCount::per_hour(10, FakeRelativeClock::default());
-        count.check(&1u32).unwrap();
-        count.peek(&2u32).unwrap();
-        assert_eq!(count.len(), 1);
+    fn keys_back_at_fresh_are_dropped_by_housekeeping() {
+        let clock = FakeRelativeClock::default();
+        let limit = KeyedLimit::per_hour(10, clock.clone());
+        limit.check(&1u32).unwrap();
+        limit.check(&2u32).unwrap();
+        limit.peek(&3u32).unwrap();
+        assert_eq!(limit.len(), 2, "a peek stores nothing");
+        clock.advance(Duration::from_secs(3600));
+        limit.housekeep();
+        assert!(limit.is_empty());
     }
 }
