@@ -10,12 +10,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::announce::announce;
-use super::grants::{Grant, ensure_free_subscriptions, ensure_snapshots, load_subscriptions};
-use super::report::standings;
 use super::rules::Standing;
-use super::subscriptions::{ActivationError, Allocation};
-use crate::month::Month;
+use super::subscriptions::{ActivationError, Allocation, lock_account};
 
 impl Allocation {
     /// Ends the account's subscriptions `subscription_ids` at `ended_at` (never later
@@ -31,14 +27,7 @@ impl Allocation {
         ended_at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<(u64, Option<Standing>), ActivationError> {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM account WHERE id = $1 FOR UPDATE")
-                .bind(account_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if found.is_none() {
-            return Err(ActivationError::AccountNotFound);
-        }
+        lock_account(&mut *tx, account_id).await?;
         let ended = sqlx::query(
             "UPDATE subscription
              SET expires_at = greatest(starts_at, $3)
@@ -52,26 +41,7 @@ impl Allocation {
         .await?
         .rows_affected();
 
-        let current = Month::containing(now);
-        let mut standing = None;
-        if self.metering {
-            let free = self.free_monthly_calls;
-            ensure_free_subscriptions(&mut *tx, &[account_id], free).await?;
-            let subs = load_subscriptions(&mut *tx, &[account_id]).await?;
-            let grants: Vec<Grant> = subs
-                .get(&account_id)
-                .into_iter()
-                .flatten()
-                .filter(|s| s.is_free())
-                .map(|s| Grant::for_month(s, current, free))
-                .collect();
-            ensure_snapshots(&mut *tx, &grants).await?;
-            standing = standings(&mut *tx, &[account_id], current, now, free)
-                .await?
-                .into_iter()
-                .next();
-        }
-        announce(&mut *tx, self.quota.replica(), &[account_id]).await?;
+        let standing = self.restand(&mut *tx, account_id, now, |_| false).await?;
         tracing::info!(ended, %ended_at, "subscriptions ended early");
         Ok((ended, standing))
     }

@@ -84,14 +84,7 @@ impl Allocation {
         new: &NewSubscription,
         now: DateTime<Utc>,
     ) -> Result<Activated, ActivationError> {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM account WHERE id = $1 FOR UPDATE")
-                .bind(account_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if found.is_none() {
-            return Err(ActivationError::AccountNotFound);
-        }
+        lock_account(&mut *tx, account_id).await?;
         let subscription: Subscription = sqlx::query_as(
             "INSERT INTO subscription
                  (account_id, plan, starts_at, expires_at, monthly_allowance, daily_allowance,
@@ -110,6 +103,30 @@ impl Allocation {
         .fetch_one(&mut *tx)
         .await?;
 
+        let standing = self
+            .restand(&mut *tx, account_id, now, |s| {
+                s.id == subscription.id && s.overlaps(Month::containing(now))
+            })
+            .await?;
+        tracing::info!(subscription_id = subscription.id, plan = %subscription.plan,
+            monthly_allowance = subscription.monthly_allowance, "subscription activated");
+        Ok(Activated {
+            subscription,
+            standing,
+        })
+    }
+
+    /// After a change of the locked account's subscriptions or credits, in the same
+    /// transaction: when metering, the current month's snapshots of its free grant and of
+    /// the paid subscriptions `include` picks are written, and its new standing is
+    /// returned; other replicas are told to read it again.
+    pub(super) async fn restand(
+        &self,
+        tx: &mut PgConnection,
+        account_id: i64,
+        now: DateTime<Utc>,
+        include: impl Fn(&Subscription) -> bool,
+    ) -> Result<Option<Standing>, ActivationError> {
         let current = Month::containing(now);
         let mut standing = None;
         if self.metering {
@@ -120,8 +137,7 @@ impl Allocation {
                 .get(&account_id)
                 .into_iter()
                 .flatten()
-                .filter(|s| s.is_free() || s.id == subscription.id)
-                .filter(|s| s.is_free() || s.overlaps(current))
+                .filter(|s| s.is_free() || include(s))
                 .map(|s| Grant::for_month(s, current, free))
                 .collect();
             ensure_snapshots(&mut *tx, &grants).await?;
@@ -131,12 +147,7 @@ impl Allocation {
                 .next();
         }
         announce(&mut *tx, self.quota.replica(), &[account_id]).await?;
-        tracing::info!(subscription_id = subscription.id, plan = %subscription.plan,
-            monthly_allowance = subscription.monthly_allowance, "subscription activated");
-        Ok(Activated {
-            subscription,
-            standing,
-        })
+        Ok(standing)
     }
 
     /// After a committed change of the account's standing: this replica's view forgets
@@ -146,6 +157,21 @@ impl Allocation {
         if let Some(standing) = standing {
             apply_markers(&self.throttler, standing, now);
         }
+    }
+}
+
+/// Takes the account's row lock (the one accounting takes), or says it does not exist.
+pub(super) async fn lock_account(
+    tx: &mut PgConnection,
+    account_id: i64,
+) -> Result<(), ActivationError> {
+    let found: Option<i64> = sqlx::query_scalar("SELECT id FROM account WHERE id = $1 FOR UPDATE")
+        .bind(account_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    match found {
+        Some(_) => Ok(()),
+        None => Err(ActivationError::AccountNotFound),
     }
 }
 

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::announce::announce;
 use super::report::standings;
-use super::subscriptions::{ActivationError, Allocation};
+use super::subscriptions::{ActivationError, Allocation, lock_account};
 use crate::month::Month;
 
 /// A stored top-up.
@@ -30,14 +30,7 @@ impl Allocation {
         now: DateTime<Utc>,
     ) -> Result<TopUp, ActivationError> {
         let mut tx = self.db.begin().await?;
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM account WHERE id = $1 FOR UPDATE")
-                .bind(account_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if found.is_none() {
-            return Err(ActivationError::AccountNotFound);
-        }
+        lock_account(&mut tx, account_id).await?;
         let topup: TopUp = sqlx::query_as(
             "INSERT INTO credit_grant (account_id, calls, remaining, expires_at)
              VALUES ($1, $2, $2, $3)
