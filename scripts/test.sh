@@ -14,7 +14,7 @@ source scripts/ensure-nats.sh
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --locked --lib --bins --tests --benches "$@" 2>&1 | tee "$log" || status=$?
+cargo test --locked --workspace --lib --bins --tests --benches "$@" 2>&1 | tee "$log" || status=$?
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "all tests: %d passed, %d failed\n", p, f }' "$log"
 exit "$status"

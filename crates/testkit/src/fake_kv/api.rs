@@ -1,18 +1,11 @@
-//! A local stand-in for Cloudflare's Workers KV REST API, for tests, demos and benchmarks.
-//!
-//! `FakeKv` serves one account and one namespace on 127.0.0.1 with the real contract:
-//! bearer-token auth, raw values on read, JSON envelopes everywhere else, 404 code 10009 for
-//! a missing key, expirations refused under 60 s, cursor paging of sorted key listings, bulk
-//! write and delete. Keys expire by the wall clock. Every request is recorded, and a
-//! [`Fault`] can make every later answer a 500, a 429 or a slow one. It depends on nothing
-//! in this crate, so it can serve any client.
+//! The KV REST routes of the fake: auth, values, listings, bulk writes and deletes, and
+//! the Cloudflare error envelope.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
@@ -26,8 +19,8 @@ use axum::{Json, Router};
 use percent_encoding::percent_decode_str;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+
+use super::{Entry, FakeKv, Fault, RecordedCall, Shared, unix_now};
 
 // Error codes in the envelopes. 10009 (key not found) and 971 (rate limited) are Cloudflare's
 // own; the others are the best known match or the fake's choice (clients should rely on the
@@ -47,184 +40,7 @@ const NAMESPACE_ROUTE: &str = "/client/v4/accounts/{account}/storage/kv/namespac
 const MAX_KEY_BYTES: usize = 512;
 const MAX_BULK_ITEMS: usize = 10_000;
 const MIN_EXPIRATION_SECS: i64 = 60;
-
-/// A running fake KV server; it stops when dropped.
-pub struct FakeKv {
-    addr: SocketAddr,
-    shared: Shared,
-    server: JoinHandle<()>,
-}
-
-/// A failure injected into every later answer, until replaced (`Fault::None` clears it).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Fault {
-    #[default]
-    None,
-    /// 500 with an envelope, code 10001.
-    ServerError,
-    /// 429 with an envelope, code 971, and `Retry-After` when given.
-    RateLimited { retry_after_secs: Option<u64> },
-    /// Answer normally after the delay.
-    Delay(Duration),
-}
-
-/// One request as received.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordedCall {
-    pub method: String,
-    /// Percent-decoded path below the namespace, e.g. `/values/usage-exhausted:42:1764547200`
-    /// or `/keys`; the whole decoded path when the request was not for a namespace.
-    pub path: String,
-    /// The raw query string.
-    pub query: Option<String>,
-}
-
-impl FakeKv {
-    pub const ACCOUNT_ID: &'static str = "test-account";
-    pub const NAMESPACE_ID: &'static str = "test-namespace";
-    pub const API_TOKEN: &'static str = "test-token";
-
-    /// Starts a fake on a free port of 127.0.0.1.
-    ///
-    /// # Panics
-    /// When no loopback port can be bound.
-    pub async fn start() -> FakeKv {
-        let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-            .await
-            .expect("the fake KV binds a free port on 127.0.0.1");
-        Self::start_on(listener).await
-    }
-
-    /// Starts a fake serving `listener`.
-    ///
-    /// # Panics
-    /// When the listener has no local address.
-    pub async fn start_on(listener: TcpListener) -> FakeKv {
-        let addr = listener
-            .local_addr()
-            .expect("the fake KV listener has a local address");
-        let shared = Arc::new(Store::default());
-        let app = router(Arc::clone(&shared));
-        let server = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app).await {
-                tracing::warn!(%error, "fake KV server stopped");
-            }
-        });
-        FakeKv {
-            addr,
-            shared,
-            server,
-        }
-    }
-
-    /// The address the fake listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The API root to configure a client with, e.g. `http://127.0.0.1:PORT/client/v4`.
-    pub fn api_base(&self) -> String {
-        format!("http://{}/client/v4", self.addr)
-    }
-
-    /// Makes every later answer fail as `fault` says, until set again.
-    pub fn set_fault(&self, fault: Fault) {
-        self.shared.lock().fault = fault;
-    }
-
-    /// Every request received so far, in order, faulted ones included.
-    pub fn calls(&self) -> Vec<RecordedCall> {
-        self.shared.lock().calls.clone()
-    }
-
-    /// Every request received so far with the instant it arrived, in order.
-    pub fn timed_calls(&self) -> Vec<(Instant, RecordedCall)> {
-        let state = self.shared.lock();
-        state
-            .call_times
-            .iter()
-            .copied()
-            .zip(state.calls.iter().cloned())
-            .collect()
-    }
-
-    /// Forgets the recorded requests.
-    pub fn clear_calls(&self) {
-        let mut state = self.shared.lock();
-        state.calls.clear();
-        state.call_times.clear();
-    }
-
-    /// Stores a value directly, without the API's validation (a past expiration is allowed
-    /// and makes the key invisible).
-    pub fn insert(&self, key: &str, value: &str, expiration: Option<i64>) {
-        let entry = Entry {
-            value: value.as_bytes().to_vec(),
-            expiration,
-        };
-        self.shared.lock().entries.insert(key.to_owned(), entry);
-    }
-
-    /// The live value of `key` (lossily decoded as UTF-8) and its expiration.
-    pub fn value(&self, key: &str) -> Option<(String, Option<i64>)> {
-        let state = self.shared.lock();
-        let entry = state.entries.get(key).filter(|e| e.is_live(unix_now()))?;
-        Some((
-            String::from_utf8_lossy(&entry.value).into_owned(),
-            entry.expiration,
-        ))
-    }
-
-    /// Every live key, sorted.
-    pub fn keys(&self) -> Vec<String> {
-        let now = unix_now();
-        let state = self.shared.lock();
-        let live = state.entries.iter().filter(|(_, e)| e.is_live(now));
-        live.map(|(name, _)| name.clone()).collect()
-    }
-}
-
-impl Drop for FakeKv {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-#[derive(Default)]
-struct Store {
-    state: Mutex<StoreState>,
-}
-
-impl Store {
-    fn lock(&self) -> MutexGuard<'_, StoreState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-#[derive(Default)]
-struct StoreState {
-    entries: BTreeMap<String, Entry>,
-    fault: Fault,
-    calls: Vec<RecordedCall>,
-    /// When each of `calls` arrived.
-    call_times: Vec<Instant>,
-}
-
-struct Entry {
-    value: Vec<u8>,
-    expiration: Option<i64>,
-}
-
-impl Entry {
-    fn is_live(&self, now: i64) -> bool {
-        self.expiration.is_none_or(|at| at > now)
-    }
-}
-
-/// The state handlers share.
-type Shared = Arc<Store>;
-
-fn router(shared: Shared) -> Router {
+pub(super) fn router(shared: Shared) -> Router {
     Router::new()
         .route(
             &format!("{NAMESPACE_ROUTE}/values/{{key}}"),
@@ -599,14 +415,14 @@ fn check_key(key: &str) -> Result<(), Refusal> {
 }
 
 /// Cursors are the hex of the last key returned: opaque to clients, stable for the fake.
-fn encode_cursor(last: &str) -> String {
+pub(super) fn encode_cursor(last: &str) -> String {
     last.bytes().fold(String::new(), |mut hex, byte| {
         let _ = write!(hex, "{byte:02x}");
         hex
     })
 }
 
-fn decode_cursor(cursor: &str) -> Option<String> {
+pub(super) fn decode_cursor(cursor: &str) -> Option<String> {
     if !cursor.len().is_multiple_of(2) {
         return None;
     }
@@ -617,146 +433,10 @@ fn decode_cursor(cursor: &str) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
-fn unix_now() -> i64 {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since_epoch.as_secs()).unwrap_or(i64::MAX)
-}
-
 fn success(result: Value) -> Response {
     Json(json!({ "success": true, "errors": [], "messages": [], "result": result })).into_response()
 }
 
 fn bulk_success(count: usize) -> Response {
     success(json!({ "successful_key_count": count, "unsuccessful_keys": [] }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-    fn http() -> Result<reqwest::Client, reqwest::Error> {
-        reqwest::Client::builder().no_proxy().build()
-    }
-
-    fn namespace_url(fake: &FakeKv) -> String {
-        format!(
-            "{}/accounts/{}/storage/kv/namespaces/{}",
-            fake.api_base(),
-            FakeKv::ACCOUNT_ID,
-            FakeKv::NAMESPACE_ID
-        )
-    }
-
-    async fn send(request: reqwest::RequestBuilder) -> Result<(u16, Value), reqwest::Error> {
-        let response = request.bearer_auth(FakeKv::API_TOKEN).send().await?;
-        let status = response.status().as_u16();
-        Ok((status, response.json().await?))
-    }
-
-    fn first_code(body: &Value) -> Option<u64> {
-        body["errors"][0]["code"].as_u64()
-    }
-
-    #[tokio::test]
-    async fn a_list_limit_outside_ten_to_a_thousand_is_a_400_envelope() -> TestResult {
-        let fake = FakeKv::start().await;
-        let http = http()?;
-        let keys = format!("{}/keys", namespace_url(&fake));
-        for limit in ["9", "1001", "many"] {
-            let (status, body) = send(http.get(&keys).query(&[("limit", limit)])).await?;
-            assert_eq!((status, body["success"].as_bool()), (400, Some(false)));
-        }
-        for limit in ["10", "1000"] {
-            let (status, body) = send(http.get(&keys).query(&[("limit", limit)])).await?;
-            assert_eq!((status, &body["result_info"]["cursor"]), (200, &json!("")));
-        }
-        Ok(())
-    }
-
-    #[tokio::test]
-    async fn a_missing_token_is_a_401_and_a_wrong_account_a_404() -> TestResult {
-        let fake = FakeKv::start().await;
-        let http = http()?;
-        let url = format!("{}/values/k", namespace_url(&fake));
-        let response = http.get(&url).send().await?;
-        assert_eq!(response.status().as_u16(), 401);
-        assert_eq!(first_code(&response.json().await?), Some(10_000));
-        let other = url.replace(FakeKv::ACCOUNT_ID, "other-account");
-        let (status, body) = send(http.get(&other)).await?;
-        assert_eq!((status, first_code(&body)), (404, Some(7_003)));
-        Ok(())
-    }
-
-    #[tokio::test]
-    async fn a_missing_key_is_a_404_with_code_10009() -> TestResult {
-        let fake = FakeKv::start().await;
-        let url = format!("{}/values/absent", namespace_url(&fake));
-        let (status, body) = send(http()?.get(&url)).await?;
-        assert_eq!((status, first_code(&body)), (404, Some(10_009)));
-        assert_eq!(body["errors"][0]["message"], "get: 'key not found'");
-        Ok(())
-    }
-
-    #[tokio::test]
-    async fn an_expiration_ttl_of_at_least_sixty_seconds_sets_the_expiration() -> TestResult {
-        let fake = FakeKv::start().await;
-        let http = http()?;
-        let url = format!("{}/values/k", namespace_url(&fake));
-        let short = http.put(&url).query(&[("expiration_ttl", 59)]).body("v");
-        assert_eq!(send(short).await?.0, 400);
-        let before = unix_now();
-        let (status, body) =
-            send(http.put(&url).query(&[("expiration_ttl", 60)]).body("v")).await?;
-        assert_eq!((status, &body["success"]), (200, &json!(true)));
-        let expiration = fake.value("k").and_then(|(_, at)| at).unwrap_or_default();
-        assert!((before + 60..=unix_now() + 60).contains(&expiration));
-        Ok(())
-    }
-
-    #[tokio::test]
-    async fn every_request_is_recorded_even_when_faulted_or_unrouted() -> TestResult {
-        let fake = FakeKv::start().await;
-        let http = http()?;
-        fake.set_fault(Fault::ServerError);
-        let url = format!("{}/values/a%3Ab%2Fc", namespace_url(&fake));
-        assert_eq!(send(http.get(&url)).await?.0, 500);
-        fake.set_fault(Fault::None);
-        let (status, body) = send(http.get(format!("{}/nowhere", fake.api_base()))).await?;
-        assert_eq!((status, first_code(&body)), (404, Some(7_000)));
-        let recorded = fake.calls();
-        assert_eq!(recorded.len(), 2);
-        assert_eq!(recorded[0].path, "/values/a:b/c");
-        assert_eq!(recorded[1].path, "/client/v4/nowhere");
-        fake.clear_calls();
-        assert!(fake.calls().is_empty());
-        Ok(())
-    }
-
-    #[tokio::test]
-    async fn the_legacy_delete_on_bulk_also_deletes_keys() -> TestResult {
-        let fake = FakeKv::start().await;
-        fake.insert("a", "1", None);
-        fake.insert("b", "2", None);
-        let url = format!("{}/bulk", namespace_url(&fake));
-        let (status, body) = send(http()?.delete(&url).json(&["a"])).await?;
-        assert_eq!(
-            (status, &body["result"]["successful_key_count"]),
-            (200, &json!(1))
-        );
-        assert_eq!(fake.keys(), ["b"]);
-        Ok(())
-    }
-
-    #[test]
-    fn cursors_round_trip_any_key() {
-        for key in ["", "usage-exhausted:42:1", "ünï/code"] {
-            assert_eq!(decode_cursor(&encode_cursor(key)).as_deref(), Some(key));
-        }
-        assert_eq!(decode_cursor("zz"), None);
-        assert_eq!(decode_cursor("abc"), None);
-    }
 }
