@@ -23,6 +23,8 @@ pub mod error;
 pub mod http;
 pub mod month;
 pub mod nats;
+#[cfg(test)]
+mod prop_support;
 pub mod proxy;
 pub mod request_id;
 pub mod server;

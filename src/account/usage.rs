@@ -108,8 +108,10 @@ mod tests {
     fn documented_pattern() -> &'static fancy_regex::Regex {
         static PATTERN: std::sync::LazyLock<fancy_regex::Regex> = std::sync::LazyLock::new(|| {
             let doc = serde_json::to_value(crate::http::openapi::ApiDoc::openapi()).unwrap();
-            let month = &doc["paths"]["/account/v1/usage"]["get"]["parameters"][0];
-            fancy_regex::Regex::new(month["schema"]["pattern"].as_str().unwrap()).unwrap()
+            crate::prop_support::pattern_at(
+                &doc,
+                "/paths/~1account~1v1~1usage/get/parameters/0/schema/pattern",
+            )
         });
         &PATTERN
     }

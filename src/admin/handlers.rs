@@ -344,24 +344,15 @@ mod prop_tests {
 
     use super::*;
     use crate::config::MAX_PLAN_CHARS;
+    use crate::prop_support::{pattern_at, space};
 
     /// The pattern as `/openapi.json` states it, compiled once.
     fn documented_pattern() -> &'static fancy_regex::Regex {
         static PATTERN: std::sync::LazyLock<fancy_regex::Regex> = std::sync::LazyLock::new(|| {
             let schema = serde_json::to_value(SubscriptionRequest::schema()).unwrap();
-            fancy_regex::Regex::new(schema["properties"]["plan"]["pattern"].as_str().unwrap())
-                .unwrap()
+            pattern_at(&schema, "/properties/plan/pattern")
         });
         &PATTERN
-    }
-
-    /// Whitespace of every kind Rust's `trim` knows, and two it does not.
-    fn space() -> impl Strategy<Value = char> {
-        prop::sample::select(vec![
-            ' ', '\t', '\n', '\r', '\u{b}', '\u{c}', '\u{85}', '\u{a0}', '\u{1680}', '\u{2000}',
-            '\u{200a}', '\u{2028}', '\u{2029}', '\u{202f}', '\u{205f}', '\u{3000}', '\u{feff}',
-            '\u{200b}',
-        ])
     }
 
     fn plan_char() -> impl Strategy<Value = char> {
