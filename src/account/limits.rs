@@ -8,16 +8,13 @@
 //! in clear.
 
 use std::hash::{BuildHasher, RandomState};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::IpAddr;
 
-use axum::extract::{ConnectInfo, FromRequestParts};
-use axum::http::request::Parts;
 use governor::clock::{Clock, DefaultClock};
 
 use crate::auth::limits::{FailureLimiter, KeyedLimit, client_key, refused};
 use crate::config::AccountConfig;
 use crate::error::ApiError;
-use crate::state::AppState;
 
 /// The limits of one replica. Generic over the clock so tests can move time.
 pub struct AccountLimits<C: Clock = DefaultClock> {
@@ -83,33 +80,9 @@ impl<C: Clock + Clone> AccountLimits<C> {
     }
 }
 
-/// The address a request's limits count under: its TCP peer, or behind
-/// `server.trusted_proxies` the client they forwarded for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientIp(pub IpAddr);
-
-impl FromRequestParts<AppState> for ClientIp {
-    type Rejection = std::convert::Infallible;
-
-    /// A router served without connect info (no peer known) counts as `0.0.0.0`.
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |peer| peer.0.ip());
-        Ok(ClientIp(crate::client_ip::client_ip(
-            peer,
-            &parts.headers,
-            &state.config.server.trusted_proxies,
-        )))
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
     use std::time::Duration;
 
     use governor::clock::FakeRelativeClock;

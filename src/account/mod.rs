@@ -4,6 +4,7 @@
 //! redemption, each a thin handler over PostgreSQL, with the per-replica abuse limits
 //! of [`limits`]. Grants and usage figures come from [`crate::usage`].
 
+pub mod client;
 pub mod keys;
 pub mod limits;
 pub mod plans;

@@ -15,7 +15,7 @@ use chrono::{DateTime, Months, Utc};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::limits::ClientIp;
+use super::client::ClientIp;
 
 use crate::admin::SubscriptionCreated;
 use crate::admin::handlers::activation_error;

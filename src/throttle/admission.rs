@@ -21,6 +21,37 @@ pub fn admits(bucket: u8, admission_percent: u8) -> bool {
     bucket < admission_percent
 }
 
+/// The outcome of admission for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Throttling is off.
+    Disabled,
+    /// No marker for the account this month.
+    Unmarked,
+    /// Marked, but the call's bucket is below the admission percentage.
+    AdmittedByBucket,
+    /// The view is too old to trust; admitted (fail open).
+    FailOpen,
+    /// Marked and outside the admitted buckets.
+    Throttled,
+}
+
+impl Admission {
+    pub fn admitted(self) -> bool {
+        self != Admission::Throttled
+    }
+
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Admission::Disabled => "disabled",
+            Admission::Unmarked => "unmarked",
+            Admission::AdmittedByBucket => "admitted_bucket",
+            Admission::FailOpen => "fail_open",
+            Admission::Throttled => "throttled",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

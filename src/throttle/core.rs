@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 
+use super::admission::Admission;
 use super::fleet::{Fleet, MarkerKind};
 use super::store::MarkerStore;
 use super::view::MarkerView;
@@ -76,16 +77,12 @@ pub(super) struct Inner {
 
 impl Inner {
     /// A marked account's call: admitted when its bucket is below the percentage.
-    pub(super) fn bucket_decision(
-        &self,
-        account_id: i64,
-        request_id: uuid::Uuid,
-    ) -> super::Admission {
+    pub(super) fn bucket_decision(&self, account_id: i64, request_id: uuid::Uuid) -> Admission {
         let bucket = super::admission::bucket(account_id, request_id);
         if super::admission::admits(bucket, self.settings.admission_percent) {
-            super::Admission::AdmittedByBucket
+            Admission::AdmittedByBucket
         } else {
-            super::Admission::Throttled
+            Admission::Throttled
         }
     }
 

@@ -14,9 +14,8 @@ use chrono::Utc;
 
 use super::core::Inner;
 use super::fleet::{MarkerKind, lease, table};
-use super::settle::retry_rechecks;
+use super::settle::{failed, retry_rechecks};
 use super::store::{StoreError, parse_daily_marker_key, parse_marker_key};
-use super::worker::failed;
 use crate::month::{Day, Month};
 
 pub(super) async fn tick(inner: &Inner) {

@@ -32,6 +32,7 @@ use uuid::Uuid;
 pub use self::core::ThrottleSettings;
 use self::core::{Command, Inner};
 use crate::sync::lock;
+pub use admission::Admission;
 pub use fleet::{Fleet, MarkerCheck, WantedMarkers};
 pub use reconcile::ReconcileReport;
 pub use store::{MarkerStore, marker_key};
@@ -39,37 +40,6 @@ use view::{Lookup, MarkerView};
 
 use crate::month::{Day, Month};
 use crate::telemetry::RateLimitedLog;
-
-/// The outcome of admission for one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
-    /// Throttling is off.
-    Disabled,
-    /// No marker for the account this month.
-    Unmarked,
-    /// Marked, but the call's bucket is below the admission percentage.
-    AdmittedByBucket,
-    /// The view is too old to trust; admitted (fail open).
-    FailOpen,
-    /// Marked and outside the admitted buckets.
-    Throttled,
-}
-
-impl Admission {
-    pub fn admitted(self) -> bool {
-        self != Admission::Throttled
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            Admission::Disabled => "disabled",
-            Admission::Unmarked => "unmarked",
-            Admission::AdmittedByBucket => "admitted_bucket",
-            Admission::FailOpen => "fail_open",
-            Admission::Throttled => "throttled",
-        }
-    }
-}
 
 /// Counters a test or an operator can read without scraping metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -12,12 +12,13 @@
 //! cannot reach PostgreSQL is retried at every tick until it can.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
 use chrono::Utc;
 
 use super::core::Inner;
 use super::fleet::{MarkerKind, table};
-use super::worker::{restore, restore_day};
+use super::store::{StoreError, daily_marker_key, marker_key};
 use crate::error::anyhow_chain;
 use crate::month::{Day, Month};
 use crate::sync::lock;
@@ -134,5 +135,58 @@ pub(super) async fn retry_rechecks(inner: &Inner) {
         for (period, accounts) in by_period {
             recheck(inner, kind, period, &accounts).await;
         }
+    }
+}
+
+/// A marker store call failed: the view stays as it was (fail open), counted and logged
+/// at most once per interval.
+pub(super) fn failed(inner: &Inner, op: &'static str, err: &StoreError) {
+    inner.fail_open.fetch_add(1, Ordering::Relaxed);
+    metrics::counter!("tollgate_throttle_fail_open_total", "reason" => err.reason()).increment(1);
+    if inner.fail_open_log.allow() {
+        tracing::warn!(op, reason = err.reason(), error = %anyhow_chain(err),
+            suppressed = inner.fail_open_log.take_suppressed(),
+            "marker store unavailable; failing open");
+    }
+}
+
+/// Removes the marker: the fleet's table first (the account has units again, whatever
+/// KV answers), then KV.
+pub(super) async fn restore(inner: &Inner, account_id: i64, month: Month) {
+    record(
+        inner,
+        MarkerKind::Month,
+        month.start_unix(),
+        &[account_id],
+        false,
+        "restore",
+    )
+    .await;
+    let key = marker_key(account_id, month);
+    match inner.store.delete(&key).await {
+        Ok(()) => {
+            inner.view.remove(account_id);
+            inner.markers_removed.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("tollgate_markers_removed_total").increment(1);
+            tracing::info!(account_id, key, "exhaustion marker removed");
+        }
+        Err(e) => failed(inner, "restore", &e),
+    }
+}
+
+pub(super) async fn restore_day(inner: &Inner, account_id: i64, day: Day) {
+    record(
+        inner,
+        MarkerKind::Day,
+        day.start_unix(),
+        &[account_id],
+        false,
+        "restore",
+    )
+    .await;
+    let key = daily_marker_key(account_id, day);
+    match inner.store.delete(&key).await {
+        Ok(()) => inner.view.remove_day(account_id),
+        Err(e) => failed(inner, "restore_day", &e),
     }
 }

@@ -20,12 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::core::{Command, Inner};
 use super::fleet::{MarkerKind, lease, table};
-use super::settle::{fleet_failed, fleet_holds, recheck, record};
+use super::settle::{failed, fleet_failed, fleet_holds, recheck, record, restore, restore_day};
 use super::store::{
     StoreError, daily_marker_expiration, daily_marker_key, marker_expiration, marker_key,
     sending_at,
 };
-use crate::error::anyhow_chain;
 use crate::month::{Day, Month};
 use crate::sync::lock;
 
@@ -194,16 +193,6 @@ fn settle_exhausts(
     }
 }
 
-pub(super) fn failed(inner: &Inner, op: &'static str, err: &StoreError) {
-    inner.fail_open.fetch_add(1, Ordering::Relaxed);
-    metrics::counter!("tollgate_throttle_fail_open_total", "reason" => err.reason()).increment(1);
-    if inner.fail_open_log.allow() {
-        tracing::warn!(op, reason = err.reason(), error = %anyhow_chain(err),
-            suppressed = inner.fail_open_log.take_suppressed(),
-            "marker store unavailable; failing open");
-    }
-}
-
 async fn exhaust_day(inner: &Inner, account_id: i64, day: Day, now: chrono::DateTime<Utc>) {
     let key = daily_marker_key(account_id, day);
     if fleet_holds(inner, MarkerKind::Day, day.start_unix(), account_id).await {
@@ -236,23 +225,6 @@ async fn exhaust_day(inner: &Inner, account_id: i64, day: Day, now: chrono::Date
             recheck(inner, MarkerKind::Day, day.start_unix(), &[account_id]).await;
         }
         Err(e) => failed(inner, "exhaust_day", &e),
-    }
-}
-
-pub(super) async fn restore_day(inner: &Inner, account_id: i64, day: Day) {
-    record(
-        inner,
-        MarkerKind::Day,
-        day.start_unix(),
-        &[account_id],
-        false,
-        "restore",
-    )
-    .await;
-    let key = daily_marker_key(account_id, day);
-    match inner.store.delete(&key).await {
-        Ok(()) => inner.view.remove_day(account_id),
-        Err(e) => failed(inner, "restore_day", &e),
     }
 }
 
@@ -289,29 +261,5 @@ async fn exhaust(inner: &Inner, account_id: i64, month: Month, now: chrono::Date
         )
         .await;
         recheck(inner, MarkerKind::Month, period, &[account_id]).await;
-    }
-}
-
-/// Removes the marker: the fleet's table first (the account has units again, whatever
-/// KV answers), then KV.
-pub(super) async fn restore(inner: &Inner, account_id: i64, month: Month) {
-    record(
-        inner,
-        MarkerKind::Month,
-        month.start_unix(),
-        &[account_id],
-        false,
-        "restore",
-    )
-    .await;
-    let key = marker_key(account_id, month);
-    match inner.store.delete(&key).await {
-        Ok(()) => {
-            inner.view.remove(account_id);
-            inner.markers_removed.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("tollgate_markers_removed_total").increment(1);
-            tracing::info!(account_id, key, "exhaustion marker removed");
-        }
-        Err(e) => failed(inner, "restore", &e),
     }
 }

@@ -27,7 +27,10 @@ fn module_path(src: &Path, file: &Path) -> Vec<String> {
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         parts.pop();
     }
     parts
@@ -51,7 +54,9 @@ fn paths(code: &str, keyword: &str) -> Vec<Vec<String>> {
     while let Some(at) = rest.find(keyword) {
         let before = rest[..at].chars().next_back();
         rest = &rest[at + keyword.len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+        // A word that only begins with the keyword ("superseded"), or the keyword
+        // without a path after it, names no module.
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') || !rest.starts_with("::") {
             continue;
         }
         let mut segments = Vec::new();
@@ -122,20 +127,35 @@ fn no_file_in_src_imports_a_file_that_imports_it_back() {
             }
         }
     }
-    // A circle exists iff some file reaches itself.
+    // A circle exists iff some file reaches itself; each is shown by one path around it.
+    let name = |f: &PathBuf| f.strip_prefix(&src).unwrap().display().to_string();
     let mut circles = Vec::new();
     for start in edges.keys() {
-        let mut seen = BTreeSet::new();
-        let mut stack: Vec<&PathBuf> = edges[start].iter().collect();
-        while let Some(next) = stack.pop() {
+        let mut came_from: BTreeMap<&PathBuf, &PathBuf> = BTreeMap::new();
+        let mut stack: Vec<(&PathBuf, &PathBuf)> =
+            edges[start].iter().map(|n| (n, start)).collect();
+        while let Some((next, from)) = stack.pop() {
             if next == start {
-                circles.push(start.strip_prefix(&src).unwrap().display().to_string());
+                let mut path = vec![name(start)];
+                let mut at = from;
+                while at != start {
+                    path.push(name(at));
+                    at = came_from[at];
+                }
+                path.push(name(start));
+                path.reverse();
+                circles.push(path.join(" -> "));
                 break;
             }
-            if seen.insert(next) {
-                stack.extend(edges.get(next).into_iter().flatten());
+            if next != start && !came_from.contains_key(next) {
+                came_from.insert(next, from);
+                stack.extend(edges.get(next).into_iter().flatten().map(|n| (n, next)));
             }
         }
     }
-    assert!(circles.is_empty(), "files on an import circle: {circles:?}");
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
 }
