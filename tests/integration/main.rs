@@ -11,6 +11,7 @@ mod common;
 mod config;
 mod jetstream;
 mod key_cache;
+mod notify;
 mod plans;
 mod proxy;
 mod server;
