@@ -2,9 +2,10 @@
 //!
 //! [`Gateway::build`] starts the throttler worker, the usage pipeline (the listener, or
 //! the JetStream publisher and consumer), the threshold webhooks' delivery (where usage
-//! is accounted), the key cache's listener and the reconciliation schedule; [`Gateway::run`] serves the public and metrics listeners
-//! until shutdown, then drains in order: stop accepting and finish in-flight calls
-//! (bounded), drain the usage queue (bounded), stop the rest. [`Worker`] is the
+//! is accounted), the key cache's listener and the reconciliation schedule;
+//! [`Gateway::run`] serves the public and metrics listeners until shutdown, then drains
+//! in order: stop accepting and finish in-flight calls (bounded), drain the usage queue
+//! (bounded), stop the rest. [`Worker`] is the
 //! background half alone (`tollgate worker`): no public listener, no proxy.
 
 use std::future::Future;
@@ -257,8 +258,8 @@ impl Gateway {
 
 /// The background half of the gateway (`tollgate worker`, SPEC §1 and §8): the
 /// JetStream accounting consumer, marker sync, reconciliation and the threshold
-/// webhooks' delivery, with `/metrics`,
-/// `/healthz` and `/readyz` on the metrics listener and no public listener.
+/// webhooks' delivery, with `/metrics`, `/healthz` and `/readyz` on the metrics listener
+/// and no public listener.
 pub struct Worker {
     db: PgPool,
     stop_usage: CancellationToken,

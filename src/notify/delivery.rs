@@ -106,6 +106,7 @@ pub async fn run(db: PgPool, settings: DeliverySettings, stop: CancellationToken
     };
     let process = Uuid::new_v4();
     let errors = RateLimitedLog::default();
+    metrics::gauge!("tollgate_notify_delivery_lease").set(0.0);
     let mut holding = false;
     let mut backlog_at: Option<Instant> = None;
     let mut pruned_at: Option<Instant> = None;
