@@ -1,13 +1,9 @@
-//! Several processes: replicas and redeliveries record each threshold once a month, one
-//! process delivers at a time, and a restart or a SIGKILL loses no event.
+//! Several replicas: replicas and redeliveries record each threshold once a month, one
+//! replica delivers at a time, and one stopped mid-way leaves its events to the next.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
 use tollgate::throttle::Throttler;
 use tollgate::usage::grants::create_free_subscription;
 use tollgate::usage::quota::QuotaView;
@@ -15,10 +11,7 @@ use tollgate::usage::subscriptions::{Allocation, NewSubscription};
 use tollgate::usage::{Accountant, UsageEvent};
 
 use super::*;
-use crate::common::{
-    ADMIN_TOKEN, SHARED_SECRET, TestDb, client, spawn_app_with, spawn_replica, test_config,
-};
-use crate::jetstream::free_port;
+use crate::common::{TestDb, spawn_app_with, spawn_replica, test_config};
 
 fn at(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
@@ -209,141 +202,6 @@ async fn a_gateway_stopped_mid_way_leaves_its_events_to_the_next_one() {
     let _second = spawn_replica(first.db.clone(), first.upstream.clone(), config).await;
     wait_for_delivered(&receiver, 4, Duration::from_secs(10)).await;
     let (a, b) = (customers[0].account_id, customers[1].account_id);
-    let mut pairs = delivered_pairs(&receiver);
-    pairs.sort_by_key(|(account, _)| *account);
-    assert_eq!(pairs, [(a, 80), (a, 100), (b, 80), (b, 100)]);
-    assert!(deliveries_per_id(&receiver).values().all(|n| *n == 1));
-}
-
-/// A `tollgate serve` process, killed (SIGKILL) when dropped.
-struct Serve {
-    child: Child,
-    base: String,
-}
-
-impl Serve {
-    async fn start(db: &TestDb, upstream: &str, receiver: &Receiver, logs: &Path) -> Self {
-        let port = free_port();
-        let log = std::fs::File::create(logs.join("serve.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .arg("serve")
-            .env_clear()
-            .env(
-                "TOLLGATE_CONFIG_DIR",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
-            )
-            .env("RUST_LOG", "info,sqlx=warn")
-            .env("TOLLGATE__SERVER__LISTEN", format!("127.0.0.1:{port}"))
-            .env(
-                "TOLLGATE__SERVER__METRICS_LISTEN",
-                format!("127.0.0.1:{}", free_port()),
-            )
-            .env("TOLLGATE__DATABASE__URL", &db.url)
-            .env("TOLLGATE__DATABASE__MAX_CONNECTIONS", "6")
-            .env("TOLLGATE__UPSTREAM__BASE_URL", upstream)
-            .env("TOLLGATE__UPSTREAM__SHARED_SECRET", SHARED_SECRET)
-            .env("TOLLGATE__ADMIN__TOKEN", ADMIN_TOKEN)
-            .env("TOLLGATE__THROTTLE__STORE", "memory")
-            .envs(notify_env(receiver))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the tollgate binary starts");
-        let base = format!("http://127.0.0.1:{port}");
-        let ready = eventually(Duration::from_secs(30), || async {
-            client()
-                .get(format!("{base}/healthz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await;
-        let text = std::fs::read_to_string(logs.join("serve.log")).unwrap_or_default();
-        assert!(ready, "tollgate serve did not start:\n{text}");
-        Self { child, base }
-    }
-
-    async fn post(&self, path: &str, bearer: Option<&str>, body: Value) -> Value {
-        let mut req = client().post(format!("{}{path}", self.base)).json(&body);
-        if let Some(token) = bearer {
-            req = req.bearer_auth(token);
-        }
-        let res = req.send().await.unwrap();
-        assert!(res.status().is_success(), "{path}: {}", res.status());
-        res.json().await.unwrap()
-    }
-
-    /// A new customer on a plan of 5 units; returns the account id and API key.
-    async fn customer(&self) -> (i64, String) {
-        let email = format!("{}@example.com", uuid::Uuid::new_v4().simple());
-        let body = json!({"email": email, "password": "correct horse battery"});
-        let signed = self.post("/account/v1/signup", None, body).await;
-        let id = signed["account_id"].as_i64().unwrap();
-        let plan = json!({"plan": "tiny", "monthly_allowance": 5});
-        let path = format!("/admin/v1/accounts/{id}/subscriptions");
-        self.post(&path, Some(ADMIN_TOKEN), plan).await;
-        (id, signed["api_key"].as_str().unwrap().to_owned())
-    }
-
-    async fn call(&self, key: &str) {
-        let res = client()
-            .get(format!("{}{DAILY}", self.base))
-            .header("x-api-key", key)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 200);
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gateway_killed_while_delivering_loses_no_event() {
-    let receiver = Receiver::start().await;
-    receiver.answer(Answer::Hang);
-    let db = Arc::new(TestDb::new().await);
-    let upstream = Arc::new(
-        tollgate_testkit::upstream::UpstreamServer::start()
-            .await
-            .unwrap(),
-    );
-    let logs = tempfile::tempdir().unwrap();
-    let mut serve = Serve::start(&db, &upstream.base_url(), &receiver, logs.path()).await;
-    let mut accounts = Vec::new();
-    for _ in 0..2 {
-        let (id, key) = serve.customer().await;
-        for _ in 0..5 {
-            serve.call(&key).await;
-        }
-        accounts.push(id);
-    }
-    let recorded = eventually(Duration::from_secs(10), || async {
-        outbox(&db.pool).await.len() == 4 && !receiver.requests().is_empty()
-    })
-    .await;
-    assert!(recorded, "{:?}", outbox(&db.pool).await);
-    // SIGKILL with attempts in flight: no shutdown, the lease left to expire.
-    serve.kill();
-    receiver.answer(Answer::Ok);
-    assert!(receiver.delivered().is_empty());
-
-    let mut config = test_config(&db, &upstream);
-    notify_to(&mut config, &receiver);
-    let _next = spawn_replica(db.clone(), upstream.clone(), config).await;
-    wait_for_delivered(&receiver, 4, Duration::from_secs(15)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let (a, b) = (accounts[0], accounts[1]);
     let mut pairs = delivered_pairs(&receiver);
     pairs.sort_by_key(|(account, _)| *account);
     assert_eq!(pairs, [(a, 80), (a, 100), (b, 80), (b, 100)]);

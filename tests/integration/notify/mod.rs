@@ -6,6 +6,7 @@
 
 mod delivery;
 mod fleet;
+mod processes;
 mod receiver;
 
 use std::collections::HashMap;
