@@ -7,9 +7,10 @@
 //! those
 //! rely on [`auth`] (who is calling) and [`usage`] (every quota decision); usage tells
 //! [`throttle`] (admission and exhaustion markers) what to mark, and the throttler
-//! alone talks to [`cloudflare`] (the KV REST client). [`state`], [`error`],
-//! [`request_id`], [`month`], [`config`], [`db`], [`nats`] and [`telemetry`] are leaves
-//! every layer may use. `main.rs` only parses the command line and calls [`startup`].
+//! alone talks to [`cloudflare`] (the KV REST client); usage also records threshold
+//! events in [`notify`]'s outbox, which delivers them to the operator's webhook.
+//! [`state`], [`error`], [`request_id`], [`month`], [`config`], [`db`], [`nats`] and
+//! [`telemetry`] are leaves every layer may use. `main.rs` only parses the command line and calls [`startup`].
 
 pub mod account;
 pub mod admin;
@@ -23,6 +24,7 @@ pub mod error;
 pub mod http;
 pub mod month;
 pub mod nats;
+pub mod notify;
 #[cfg(test)]
 mod prop_support;
 pub mod proxy;

@@ -1,10 +1,11 @@
 //! Wiring: build the state, start the background tasks, serve, shut down in order.
 //!
 //! [`Gateway::build`] starts the throttler worker, the usage pipeline (the listener, or
-//! the JetStream publisher and consumer), the key cache's listener and the
-//! reconciliation schedule; [`Gateway::run`] serves the public and metrics listeners
-//! until shutdown, then drains in order: stop accepting and finish in-flight calls
-//! (bounded), drain the usage queue (bounded), stop the rest. [`Worker`] is the
+//! the JetStream publisher and consumer), the threshold webhooks' delivery (where usage
+//! is accounted), the key cache's listener and the reconciliation schedule;
+//! [`Gateway::run`] serves the public and metrics listeners until shutdown, then drains
+//! in order: stop accepting and finish in-flight calls (bounded), drain the usage queue
+//! (bounded), stop the rest. [`Worker`] is the
 //! background half alone (`tollgate worker`): no public listener, no proxy.
 
 use std::future::Future;
@@ -23,7 +24,7 @@ use crate::account::limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
 use crate::auth::password::Passwords;
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
-use crate::config::{Config, MarkerStoreKind};
+use crate::config::{Config, MarkerStoreKind, UsageTransport};
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::state::{AppState, Shared};
@@ -134,6 +135,16 @@ impl Gateway {
         } else {
             (UsagePublisher::disabled(), None, None)
         };
+        // Events are recorded where usage is accounted, and delivered from there too.
+        let accounts_here =
+            config.usage_check.transport == UsageTransport::Memory || config.usage_check.consume;
+        if config.usage_check.enabled && accounts_here {
+            background.extend(crate::notify::start(
+                &config.notify,
+                &db,
+                stop_background.clone(),
+            ));
+        }
 
         if config.throttle.enabled && config.usage_check.enabled {
             background.push(tokio::spawn(reconcile_schedule(
@@ -242,8 +253,9 @@ impl Gateway {
 }
 
 /// The background half of the gateway (`tollgate worker`, SPEC §1 and §8): the
-/// JetStream accounting consumer, marker sync and reconciliation, with `/metrics`,
-/// `/healthz` and `/readyz` on the metrics listener and no public listener.
+/// JetStream accounting consumer, marker sync, reconciliation and the threshold
+/// webhooks' delivery, with `/metrics`, `/healthz` and `/readyz` on the metrics listener
+/// and no public listener.
 pub struct Worker {
     db: PgPool,
     stop_usage: CancellationToken,
@@ -271,6 +283,11 @@ impl Worker {
         let throttler = start_throttler(&config, &db, store, &stop_background, &mut background);
         let accountant = accountant(&config, &db, &throttler);
         let usage = Pipeline::start(&config, accountant, Role::Worker, stop_usage.clone()).await?;
+        background.extend(crate::notify::start(
+            &config.notify,
+            &db,
+            stop_background.clone(),
+        ));
         if config.throttle.enabled {
             background.push(tokio::spawn(reconcile_schedule(
                 db.clone(),
@@ -344,13 +361,18 @@ fn start_throttler(
 }
 
 fn accountant(config: &Config, db: &PgPool, throttler: &Throttler) -> Accountant {
-    Accountant::new(
+    let accountant = Accountant::new(
         db.clone(),
         config.usage.free_monthly_calls,
         true,
         throttler.clone(),
     )
-    .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms))
+    .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms));
+    if config.notify.enabled() {
+        accountant.with_thresholds(&config.notify.percentages())
+    } else {
+        accountant
+    }
 }
 
 /// Purges expired login sessions hourly, so the table stays small.

@@ -138,6 +138,7 @@ impl Config {
         {
             config.billing.stripe_webhook_secret = None;
         }
+        config.notify.normalize();
         config.validate()?;
         Ok(config)
     }
@@ -237,6 +238,9 @@ impl Config {
             return fail("account.login_failures_per_hour must be at least 1".into());
         }
         if let Err(problem) = super::plans::validate_plans(&self.plans) {
+            return fail(problem);
+        }
+        if let Err(problem) = super::notify::validate_notify(&self.notify) {
             return fail(problem);
         }
         // PostgreSQL reads a lock_timeout of 0 as "wait for ever".

@@ -14,12 +14,14 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 mod load;
+mod notify;
 mod plans;
 #[cfg(test)]
 mod prop_tests;
 
 pub use load::{ConfigError, Sources};
 use load::{cidr_list, lenient};
+pub use notify::{NotifyConfig, Webhook};
 pub use plans::{BillingConfig, MAX_PLAN_CHARS, PlanConfig, plan_name_problem};
 
 /// The profile that turns metering and throttling off for development.
@@ -44,6 +46,8 @@ pub struct Config {
     /// The plan catalogue (`[[plans]]`).
     pub plans: Vec<PlanConfig>,
     pub billing: BillingConfig,
+    /// Threshold webhooks (SPEC §7).
+    pub notify: NotifyConfig,
     pub log: LogConfig,
     /// The value of `TOLLGATE_PROFILE`, if any; not a file key.
     #[serde(skip)]

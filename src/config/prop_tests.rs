@@ -73,6 +73,16 @@ const KEYS: &[(&str, &[&str])] = &[
         &["api_base", "account_id", "namespace_id", "api_token"],
     ),
     ("log", &["format", "filter"]),
+    (
+        "notify",
+        &[
+            "webhook_url",
+            "webhook_secret",
+            "thresholds",
+            "timeout_ms",
+            "lease_ttl_ms",
+        ],
+    ),
     ("nosuchsection", &["nosuchkey"]),
 ];
 

@@ -5,7 +5,9 @@
 //! rows at most once, bump the per-month counters by exactly the rows inserted, and
 //! find the accounts whose current month is used up. Grant snapshots never change once
 //! written, so the allowances this replica has seen are kept in memory: in steady
-//! state a batch costs four statements whatever its size.
+//! state a batch costs four statements whatever its size. With threshold webhooks on,
+//! a batch that crosses a threshold writes its events to the outbox in the same
+//! transaction (one statement more, only then).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -28,6 +30,7 @@ use super::rules::{
     standing_of,
 };
 use super::spending::{beyond_allowance, credits_at, spend_credits};
+use super::thresholds::batch_events;
 use crate::month::{Day, Month};
 use crate::sync::lock;
 use crate::throttle::Throttler;
@@ -82,6 +85,8 @@ pub struct Accountant {
     known: KnownSnapshots,
     lock_timeout: Duration,
     quota: QuotaView,
+    /// `notify.thresholds`, ascending, when threshold webhooks are on.
+    thresholds: Option<Arc<[u8]>>,
 }
 
 impl Accountant {
@@ -94,7 +99,18 @@ impl Accountant {
             known: Default::default(),
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             quota: QuotaView::disabled(),
+            thresholds: None,
         }
+    }
+
+    /// Records an outbox event for every one of `thresholds` (percentages of the
+    /// month's allowance) an account crosses (SPEC §7).
+    pub fn with_thresholds(mut self, thresholds: &[u8]) -> Self {
+        let mut sorted = thresholds.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        self.thresholds = Some(sorted.into());
+        self
     }
 
     /// Keeps this replica's quota view current with what it accounts, and tells the
@@ -343,6 +359,13 @@ impl Accountant {
         }
         spend(&mut tx, &spent).await?;
 
+        // Thresholds crossed by this batch go out with it, or not at all.
+        let mut recorded = 0;
+        if let Some(thresholds) = &self.thresholds {
+            let events = batch_events(thresholds, &per_month, &used, allowance_in, &accounted);
+            recorded = crate::notify::outbox::record(&mut tx, &events).await?;
+        }
+
         // Where each account touched this month stands now, and what its markers become.
         let today = Day::containing(now);
         let mut restored = Vec::new();
@@ -422,6 +445,9 @@ impl Accountant {
             .increment(outcome.accounted as u64);
         metrics::counter!("tollgate_usage_events_duplicate_total")
             .increment(outcome.duplicates as u64);
+        if recorded > 0 {
+            metrics::counter!("tollgate_notify_events_recorded_total").increment(recorded);
+        }
         Ok(outcome)
     }
 }

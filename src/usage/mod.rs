@@ -19,6 +19,7 @@ pub mod rules;
 pub mod series;
 pub mod spending;
 pub mod subscriptions;
+pub mod thresholds;
 pub mod topups;
 pub mod transport;
 

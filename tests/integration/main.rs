@@ -12,6 +12,7 @@ mod config;
 mod jetstream;
 mod key_cache;
 mod layout;
+mod notify;
 mod plans;
 mod proxy;
 mod server;
