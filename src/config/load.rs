@@ -1,6 +1,5 @@
 //! Loading the layers: files, profile, `--config`, environment; then validation.
 
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -8,11 +7,9 @@ use figment::error::Kind;
 use figment::providers::{Format, Serialized, Toml};
 use figment::value::{Dict, Map};
 use figment::{Figment, Metadata, Profile, Provider, Source};
-use ipnet::IpNet;
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
 
-use super::{Config, LOCAL_PROFILE, UsageTransport};
+use super::settings::{Config, LOCAL_PROFILE, UsageTransport};
 
 /// A configuration problem, worded as the one line an operator sees (values quoted in
 /// it cannot break the line: see [`one_line`]).
@@ -332,58 +329,6 @@ impl Config {
     pub fn upstream_timeout(&self) -> Duration {
         Duration::from_millis(self.upstream.timeout_ms)
     }
-}
-
-/// Deserializes a typed value given natively (TOML) or as text (environment).
-pub(super) fn lenient<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de> + std::str::FromStr,
-    T::Err: std::fmt::Display,
-{
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Given<T> {
-        Typed(T),
-        Text(String),
-    }
-    match Given::<T>::deserialize(deserializer)? {
-        Given::Typed(value) => Ok(value),
-        // `True`/`FALSE` read like `true`/`false`.
-        Given::Text(text) => text
-            .trim()
-            .parse()
-            .or_else(|_| text.trim().to_ascii_lowercase().parse())
-            .map_err(|e| serde::de::Error::custom(format!("`{text}`: {e}"))),
-    }
-}
-
-/// Deserializes a CIDR list given as a TOML array or, from the environment, as
-/// comma-separated text. A bare address stands for itself (`/32` or `/128`).
-pub(super) fn cidr_list<'de, D>(deserializer: D) -> Result<Vec<IpNet>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Given {
-        List(Vec<String>),
-        Text(String),
-    }
-    let items = match Given::deserialize(deserializer)? {
-        Given::List(items) => items,
-        Given::Text(text) => text.split(',').map(str::to_owned).collect(),
-    };
-    items
-        .iter()
-        .map(|item| item.trim())
-        .filter(|item| !item.is_empty())
-        .map(|item| {
-            item.parse::<IpNet>()
-                .or_else(|_| item.parse::<IpAddr>().map(IpNet::from))
-                .map_err(|_| serde::de::Error::custom(format!("`{item}` is not a CIDR block")))
-        })
-        .collect()
 }
 
 /// One `TOLLGATE__<SECTION>__<KEY>` variable as a layer of its own, so that an error in

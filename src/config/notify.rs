@@ -9,7 +9,7 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
-use super::load::lenient;
+use super::de::lenient;
 
 /// `[notify]`.
 #[derive(Debug, Clone, Deserialize)]

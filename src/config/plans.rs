@@ -10,8 +10,7 @@ use std::collections::HashSet;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use super::Config;
-use super::load::lenient;
+use super::de::lenient;
 use crate::usage::rules::{Enforcement, FREE_PLAN};
 
 /// Longest plan name, in characters.
@@ -97,23 +96,10 @@ pub(super) fn validate_plans(plans: &[PlanConfig]) -> Result<(), String> {
     Ok(())
 }
 
-impl Config {
-    /// The catalogue plan called exactly `name`.
-    pub fn plan(&self, name: &str) -> Option<&PlanConfig> {
-        self.plans.iter().find(|p| p.name == name)
-    }
-
-    /// The catalogue plan paid for by `price_id`.
-    pub fn plan_by_price(&self, price_id: &str) -> Option<&PlanConfig> {
-        self.plans
-            .iter()
-            .find(|p| p.price_id.as_deref() == Some(price_id))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
 
     fn plan(name: &str, monthly: i64, price: Option<&str>) -> PlanConfig {
         PlanConfig {

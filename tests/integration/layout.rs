@@ -72,6 +72,23 @@ fn paths(code: &str, keyword: &str) -> Vec<Vec<String>> {
             tail = &next[name.len()..];
             segments.push(name);
         }
+        // `prefix::{a, b::c, self}` names `prefix::a`, `prefix::b`, and the prefix.
+        if let Some(group) = tail.strip_prefix("::{") {
+            let group = &group[..group.find('}').unwrap_or(group.len())];
+            for item in group.split(',') {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                match name.as_str() {
+                    "" => {}
+                    "self" => out.push(segments.clone()),
+                    _ => out.push(segments.iter().cloned().chain([name]).collect()),
+                }
+            }
+            continue;
+        }
         out.push(segments);
     }
     out
