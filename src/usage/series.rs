@@ -5,7 +5,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::PgConnection;
 
 use super::report::standings;
-use super::rules::Standing;
+use super::rules::{FREE_PLAN, Standing};
 use crate::month::{Day, Month};
 
 /// One row of the account list.
@@ -42,13 +42,25 @@ pub async fn accounts(
     let pattern = query.map(|q| format!("%{}%", escape_like(&q.to_lowercase())));
     let exact_id = query.and_then(|q| q.trim().parse::<i64>().ok());
     let scan = if exhausted_only { MAX_SCAN } else { limit + 1 };
-    // Exhausted accounts have used something this month: scan only those.
+    // Exhausted accounts have used at least the smallest allowance they could have this
+    // month (any of their subscriptions' default or snapshot, or the free grant): scan
+    // only those, then judge each by its standing. Few accounts pass, whatever the
+    // number of accounts with calls this month.
     let rows: Vec<(i64, String)> = sqlx::query_as(
         "SELECT a.id, a.email FROM account a
          WHERE a.id > $1
            AND ($2::text IS NULL OR lower(a.email) LIKE $2 ESCAPE '\\' OR a.id = $3)
-           AND (NOT $4 OR EXISTS (SELECT 1 FROM usage_counter c
-                                  WHERE c.account_id = a.id AND c.month_start = $5))
+           AND (NOT $4 OR EXISTS (
+                 SELECT 1 FROM usage_counter c
+                 WHERE c.account_id = a.id AND c.month_start = $5
+                   AND c.used >= COALESCE(
+                         (SELECT min(LEAST(CASE WHEN s.plan = $7 THEN $8 ELSE s.monthly_allowance END,
+                                           m.allowance))
+                          FROM subscription s
+                          LEFT JOIN monthly_usage m
+                            ON m.subscription_id = s.id AND m.month_start = $5
+                          WHERE s.account_id = a.id),
+                         $8)))
          ORDER BY a.id LIMIT $6",
     )
     .bind(after)
@@ -57,6 +69,8 @@ pub async fn accounts(
     .bind(exhausted_only)
     .bind(month.start())
     .bind(scan)
+    .bind(FREE_PLAN)
+    .bind(free_monthly_calls)
     .fetch_all(&mut *conn)
     .await?;
     let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
@@ -94,6 +108,65 @@ pub async fn accounts(
     Ok(page)
 }
 
+/// Every account with nothing left this month, in id order: how many there are, and
+/// the first `show` of them (the account list's exhausted filter, run to its end).
+pub async fn exhausted_now(
+    conn: &mut PgConnection,
+    show: usize,
+    now: DateTime<Utc>,
+    free_monthly_calls: i64,
+) -> Result<(usize, Vec<AccountRow>), sqlx::Error> {
+    let mut count = 0;
+    let mut shown = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = accounts(conn, None, true, after, MAX_SCAN, now, free_monthly_calls).await?;
+        count += page.accounts.len();
+        let room = show.saturating_sub(shown.len());
+        shown.extend(page.accounts.into_iter().take(room));
+        match page.next_cursor {
+            Some(next) => after = next,
+            None => return Ok((count, shown)),
+        }
+    }
+}
+
+/// The `limit` accounts that used the most units this month, most first (ties: the
+/// older account first), with where they stand.
+pub async fn top_accounts(
+    conn: &mut PgConnection,
+    limit: i64,
+    now: DateTime<Utc>,
+    free_monthly_calls: i64,
+) -> Result<Vec<AccountRow>, sqlx::Error> {
+    let month = Month::containing(now);
+    let rows: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT c.account_id, a.email FROM usage_counter c JOIN account a ON a.id = c.account_id
+         WHERE c.month_start = $1 ORDER BY c.used DESC, c.account_id LIMIT $2",
+    )
+    .bind(month.start())
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
+    let mut by_id: std::collections::HashMap<i64, Standing> =
+        standings(conn, &ids, month, now, free_monthly_calls)
+            .await?
+            .into_iter()
+            .map(|s| (s.account_id, s))
+            .collect();
+    Ok(rows
+        .into_iter()
+        .filter_map(|(account_id, email)| {
+            by_id.remove(&account_id).map(|standing| AccountRow {
+                account_id,
+                email,
+                standing,
+            })
+        })
+        .collect())
+}
+
 fn escape_like(text: &str) -> String {
     text.replace('\\', "\\\\")
         .replace('%', "\\%")
@@ -121,6 +194,23 @@ pub async fn daily(
          WHERE account_id = $1 AND day_start >= $2 AND day_start < $3",
     )
     .bind(account_id)
+    .bind(month.start())
+    .bind(month.end())
+    .fetch_all(conn)
+    .await?;
+    Ok(days_of(month, now, &rows))
+}
+
+/// Every UTC day of `month` up to today with the calls and units of every account.
+pub async fn daily_totals(
+    conn: &mut PgConnection,
+    month: Month,
+    now: DateTime<Utc>,
+) -> Result<Vec<DayUsage>, sqlx::Error> {
+    let rows: Vec<(DateTime<Utc>, i64, i64)> = sqlx::query_as(
+        "SELECT day_start, sum(calls)::int8, sum(used)::int8 FROM usage_daily
+         WHERE day_start >= $1 AND day_start < $2 GROUP BY day_start",
+    )
     .bind(month.start())
     .bind(month.end())
     .fetch_all(conn)
