@@ -174,8 +174,11 @@ impl Gateway {
         };
         let redeem_limits =
             FailureLimiter::per_hour("redeem", config.account.login_failures_per_hour);
+        let console_limits =
+            FailureLimiter::per_hour("console", config.account.login_failures_per_hour);
         let state = AppState::new(Shared {
             redeem_limits,
+            console_limits,
             quota,
             pricing,
             allocation,

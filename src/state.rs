@@ -46,6 +46,8 @@ pub struct Shared {
     pub limits: Arc<AccountLimits>,
     /// Failed code redemptions of this replica, per account and per client address.
     pub redeem_limits: FailureLimiter,
+    /// Failed console sign-ins of this replica, per client address.
+    pub console_limits: FailureLimiter,
 }
 
 impl AppState {
