@@ -90,7 +90,10 @@ pub async fn page(
         csrf: session.csrf(),
         flash: session.flash.as_ref(),
     };
-    Ok(html_response(status, shell("Accounts", Some(frame), content)))
+    Ok(html_response(
+        status,
+        shell("Accounts", Some(frame), content),
+    ))
 }
 
 /// The list's address with this search, filter and cursor.

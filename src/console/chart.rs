@@ -112,7 +112,10 @@ mod tests {
     fn one_bar_per_day_with_its_figures() {
         let svg = daily_calls(&[day(1, 0), day(2, 40), day(3, 20)], 30, "Calls").into_string();
         assert_eq!(svg.matches("<rect class=\"bar\"").count(), 3);
-        assert!(svg.contains(r#"data-day="2026-11-02" data-calls="40" data-units="80""#), "{svg}");
+        assert!(
+            svg.contains(r#"data-day="2026-11-02" data-calls="40" data-units="80""#),
+            "{svg}"
+        );
         assert!(svg.contains(r#"data-days="3" data-total="60""#), "{svg}");
         // The tallest bar fills the plot up to the scale's top (50).
         assert!(svg.contains(">2026-11-02: 40 calls, 80 units<"), "{svg}");

@@ -90,11 +90,7 @@ pub async fn add_top_up(
     .await;
     match outcome {
         Ok(topup) => {
-            let text = format!(
-                "Top-up {} added: {} units.",
-                topup.id,
-                grouped(topup.calls)
-            );
+            let text = format!("Top-up {} added: {} units.", topup.id, grouped(topup.calls));
             done(&state, &session, account_id, &text).await
         }
         Err(ApiError::Validation(why)) => {
@@ -115,7 +111,9 @@ async fn done(
     account_id: i64,
     text: &str,
 ) -> Result<Response, Problem> {
-    session.leave_flash(&state.db, FlashKind::Done, text).await?;
+    session
+        .leave_flash(&state.db, FlashKind::Done, text)
+        .await?;
     Ok(Redirect::to(&format!("/console/accounts/{account_id}")).into_response())
 }
 
@@ -197,7 +195,10 @@ mod tests {
     #[test]
     fn instants_are_utc_in_the_forms_a_browser_sends() {
         let midnight: DateTime<Utc> = "2026-12-01T00:00:00Z".parse().unwrap();
-        assert_eq!(instant("t", Some("2026-12-01T00:00")).unwrap(), Some(midnight));
+        assert_eq!(
+            instant("t", Some("2026-12-01T00:00")).unwrap(),
+            Some(midnight)
+        );
         assert_eq!(instant("t", Some("2026-12-01")).unwrap(), Some(midnight));
         assert_eq!(
             instant("t", Some("2026-12-01T01:00:00+01:00")).unwrap(),

@@ -32,7 +32,10 @@ const MAX_FORM_BYTES: usize = 16 * 1024;
 /// The console's routes, each answer with the console's security headers.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/console", get(|| async { Redirect::permanent("/console/") }))
+        .route(
+            "/console",
+            get(|| async { Redirect::permanent("/console/") }),
+        )
         .route("/console/", get(overview::page))
         .route(page::STYLESHEET, get(page::stylesheet))
         .route(session::SIGN_IN, get(signin::page).post(signin::sign_in))

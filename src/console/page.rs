@@ -100,7 +100,7 @@ pub fn shell(title: &str, frame: Option<Frame<'_>>, content: Markup) -> Markup {
                 }
                 main {
                     @if let Some(flash) = frame.as_ref().and_then(|f| f.flash) {
-                        p.flash class=(flash.kind.as_str()) role="status" { (flash.text) }
+                        p class={ "flash " (flash.kind.as_str()) } role="status" { (flash.text) }
                     }
                     (content)
                 }
@@ -159,8 +159,9 @@ impl Problem {
         Self {
             status: StatusCode::FORBIDDEN,
             title: "Forbidden",
-            message: "This form was not sent from this console session. Reload the page and try again."
-                .into(),
+            message:
+                "This form was not sent from this console session. Reload the page and try again."
+                    .into(),
             retry_after: None,
         }
     }
@@ -299,5 +300,9 @@ mod tests {
         assert!(!page.contains("<script>"), "{page}");
         assert!(page.contains("&lt;script&gt;"), "{page}");
         assert!(!page.contains("\"><x"), "{page}");
+        assert!(
+            page.contains(r#"<p class="flash done" role="status">"#),
+            "{page}"
+        );
     }
 }

@@ -114,12 +114,14 @@ pub async fn open(db: &PgPool, now: DateTime<Utc>) -> Result<PlainToken, sqlx::E
         .execute(db)
         .await?;
     let token = PlainToken::generate(PREFIX);
-    sqlx::query("INSERT INTO console_session (token_hash, created_at, expires_at) VALUES ($1, $2, $3)")
-        .bind(token.hash().as_bytes())
-        .bind(now)
-        .bind(now + LIFETIME)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "INSERT INTO console_session (token_hash, created_at, expires_at) VALUES ($1, $2, $3)",
+    )
+    .bind(token.hash().as_bytes())
+    .bind(now)
+    .bind(now + LIFETIME)
+    .execute(db)
+    .await?;
     Ok(token)
 }
 
@@ -277,7 +279,10 @@ mod tests {
     #[test]
     fn the_named_cookie_is_found_among_others() {
         let mut headers = HeaderMap::new();
-        headers.insert(COOKIE, HeaderValue::from_static("a=1; tollgate_console=tgc_x"));
+        headers.insert(
+            COOKIE,
+            HeaderValue::from_static("a=1; tollgate_console=tgc_x"),
+        );
         headers.append(COOKIE, HeaderValue::from_static("b=2"));
         assert_eq!(cookie(&headers, COOKIE_NAME), Some("tgc_x"));
         assert_eq!(cookie(&headers, "b"), Some("2"));

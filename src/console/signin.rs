@@ -21,8 +21,8 @@ use serde::Deserialize;
 
 use super::page::{Problem, html_response, shell};
 use super::session::{
-    COOKIE_NAME, ConsoleSession, LIFETIME, SIGN_IN_COOKIE, cookie, find, open, secure,
-    set_cookie, sign_in_token, sign_in_token_matches,
+    COOKIE_NAME, ConsoleSession, LIFETIME, SIGN_IN_COOKIE, cookie, find, open, secure, set_cookie,
+    sign_in_token, sign_in_token_matches,
 };
 use crate::account::limits::ClientIp;
 use crate::auth::admin::admin_token_matches;
