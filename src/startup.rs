@@ -179,6 +179,7 @@ impl Gateway {
         let state = AppState::new(Shared {
             redeem_limits,
             console_limits,
+            past_days: Default::default(),
             quota,
             pricing,
             allocation,

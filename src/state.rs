@@ -18,6 +18,7 @@ use crate::proxy::upstream::Upstream;
 use crate::throttle::Throttler;
 use crate::usage::UsagePublisher;
 use crate::usage::quota::QuotaView;
+use crate::usage::series::PastDays;
 use crate::usage::subscriptions::Allocation;
 
 /// What every handler can reach: one shared allocation, so the router's per-request
@@ -48,6 +49,8 @@ pub struct Shared {
     pub redeem_limits: FailureLimiter,
     /// Failed console sign-ins of this replica, per client address.
     pub console_limits: FailureLimiter,
+    /// The console overview's calls per day of the days before today.
+    pub past_days: PastDays,
 }
 
 impl AppState {

@@ -27,7 +27,7 @@ pub async fn page(
     let month = Month::containing(now);
     let free = state.config.usage.free_monthly_calls;
     let mut conn = state.db.acquire().await?;
-    let days = series::daily_totals(&mut conn, month, now).await?;
+    let days = series::daily_totals(&mut conn, &state.past_days, month, now).await?;
     let (exhausted_count, exhausted) =
         series::exhausted_now(&mut conn, EXHAUSTED_SHOWN, now, free).await?;
     let top = series::top_accounts(&mut conn, TOP, now, free).await?;

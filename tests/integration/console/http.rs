@@ -365,3 +365,69 @@ async fn console_answers_carry_the_security_headers() {
             .starts_with("text/css")
     );
 }
+
+#[tokio::test]
+async fn the_overview_counts_the_exhausted_accounts_and_ranks_the_busiest() {
+    let app = spawn_app().await;
+    let spent = app.signup().await;
+    let credited = app.signup().await;
+    let idle = app.signup().await;
+    for customer in [&spent, &credited] {
+        let res = app
+            .admin_post(
+                &format!("/admin/v1/accounts/{}/subscriptions", customer.account_id),
+                &serde_json::json!({"plan": "tiny", "monthly_allowance": 2}),
+            )
+            .await;
+        assert_eq!(res.status(), 201);
+    }
+    let res = app
+        .admin_post(
+            &format!("/admin/v1/accounts/{}/grants", credited.account_id),
+            &serde_json::json!({"calls": 5, "expires_at": null}),
+        )
+        .await;
+    assert_eq!(res.status(), 201);
+    for (customer, calls) in [(&spent, 2), (&credited, 3), (&idle, 1)] {
+        for _ in 0..calls {
+            assert_eq!(
+                app.call("/vedic/v1/x", &customer.api_key).await.status(),
+                200
+            );
+        }
+        app.wait_for_ledger(customer.account_id, calls).await;
+    }
+    let operator = Operator::sign_in(&app).await;
+    let page = operator.get("/console/").await.text().await.unwrap();
+    let exhausted =
+        &page[page.find(r#"id="exhausted""#).unwrap()..page.find(r#"id="top""#).unwrap()];
+    assert!(
+        exhausted.contains(&format!(r#"data-account="{}""#, spent.account_id)),
+        "{exhausted}"
+    );
+    assert!(!exhausted.contains(&format!(r#"data-account="{}""#, credited.account_id)));
+    assert!(
+        page.contains(r#"<dd id="exhausted-count">1</dd>"#),
+        "{page}"
+    );
+    assert!(page.contains(r#"<dd id="calls-month">6</dd>"#), "{page}");
+    // The busiest first.
+    let top = &page[page.find(r#"id="top""#).unwrap()..];
+    let order: Vec<usize> = [&credited, &spent, &idle]
+        .iter()
+        .map(|c| {
+            top.find(&format!(r#"data-account="{}""#, c.account_id))
+                .unwrap()
+        })
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{top}");
+
+    let list = operator
+        .get("/console/accounts?exhausted=on")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(list.matches("data-account=").count(), 1, "{list}");
+    assert!(list.contains(&format!(r#"data-account="{}""#, spent.account_id)));
+}
