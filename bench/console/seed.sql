@@ -5,9 +5,11 @@
 -- month, skewed so the oldest accounts call most, with `usage_counter` and `usage_daily`
 -- agreeing with them as accounting keeps them; a top-up on every 50th account.
 --
--- Rows dated later today or later this month are on purpose: the console's queries then
--- read a whole month's rows whatever the day the benchmark runs (the month's last day is
--- the heaviest); only the charts leave the days after today out.
+-- Rows dated later this month are on purpose: the month's counters (`usage_counter`, read
+-- by the top 10 and the exhausted lists) then hold a whole month of calls whatever the
+-- day the benchmark runs, as on the month's last day, the heaviest; the charts leave the
+-- days after today out, and run.sh times the overview's once-a-minute sum of the days
+-- before today on the whole month.
 --
 --   psql -v accounts=100000 -v calls=1000000 -f bench/console/seed.sql DATABASE
 \set ON_ERROR_STOP on

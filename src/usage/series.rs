@@ -271,7 +271,9 @@ pub async fn daily_totals(
             rows
         }
     };
-    rows.extend(totals_between(conn, until, month.end()).await?);
+    // Today only: no day after it has calls yet.
+    let today_end = Day::containing(until).end().min(month.end());
+    rows.extend(totals_between(conn, until, today_end).await?);
     Ok(days_of(month, now, &rows))
 }
 
