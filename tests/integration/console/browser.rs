@@ -48,6 +48,8 @@ impl Browser {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
+            // Its own process group, which Chromium joins: see `Drop`.
+            .process_group(0)
             .spawn()
             .expect("chromedriver starts");
         let url = format!("http://127.0.0.1:{port}");
@@ -141,6 +143,18 @@ impl Browser {
             out.push((day, calls));
         }
         out
+    }
+}
+
+impl Drop for Browser {
+    /// Ends chromedriver and the Chromium it started, even when the test failed before
+    /// closing its session (killing chromedriver alone would leave Chromium behind).
+    fn drop(&mut self) {
+        if let Some(pid) = self._driver.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+        }
     }
 }
 
