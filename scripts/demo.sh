@@ -164,6 +164,7 @@ demo account $ACCOUNT_ID ($EMAIL / demo-password), API key $API_KEY
   curl -s -H 'X-API-Key: $API_KEY' 'http://$GATEWAY_ADDR/account/v1/usage'
   curl -s -H 'Authorization: Bearer $ADMIN_TOKEN' 'http://$GATEWAY_ADDR/admin/v1/accounts/$ACCOUNT_ID/usage'
 
+operator console: http://$GATEWAY_ADDR/console/ (sign in with the admin token $ADMIN_TOKEN)
 logs in $LOG_DIR/
 TEXT
 if [ "$JETSTREAM" = 1 ]; then

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit tests, integration tests against real PostgreSQL
 # (each test makes its own database and drops it) and NATS JetStream (each test makes
-# its own stream and deletes it) and a smoke run of the accounting benchmark. Starts
-# PostgreSQL and NATS when none answers. Ends with one line totalling every test
+# its own stream and deletes it), the console in headless Chromium, and a smoke run of the
+# accounting benchmark. Starts PostgreSQL and NATS when none answers, and installs
+# Chromium and chromedriver when they are missing. Ends with one line totalling every test
 # binary's results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,9 @@ cd "$(dirname "$0")/.."
 source scripts/ensure-postgres.sh
 # shellcheck source=scripts/ensure-nats.sh
 source scripts/ensure-nats.sh
+# The console's browser tests drive Debian's headless Chromium through chromedriver.
+# shellcheck source=scripts/ensure-chromium.sh
+source scripts/ensure-chromium.sh
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

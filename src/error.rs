@@ -136,7 +136,8 @@ impl ApiError {
         }
     }
 
-    fn public_message(&self) -> String {
+    /// The message safe to show to whoever sent the request.
+    pub fn public_message(&self) -> String {
         use ApiError::*;
         match self {
             InvalidApiKey => "Missing, unknown or revoked API key.".into(),

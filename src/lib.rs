@@ -3,9 +3,9 @@
 //! The crate is organised by concept, and a request walks downhill through it:
 //! [`startup`] wires everything and serves [`http::router`] through [`server`] (the
 //! listener and its connection limits); [`http`] routes to [`account`] and [`admin`]
-//! (the JSON APIs), [`billing`] (payment webhooks) and [`proxy`] (metered forwarding);
-//! those
-//! rely on [`auth`] (who is calling) and [`usage`] (every quota decision); usage tells
+//! (the JSON APIs), [`console`] (the operators' web pages), [`billing`] (payment
+//! webhooks) and [`proxy`] (metered forwarding); those rely on [`auth`] (who is
+//! calling) and [`usage`] (every quota decision); usage tells
 //! [`throttle`] (admission and exhaustion markers) what to mark, and the throttler
 //! alone talks to [`cloudflare`] (the KV REST client); usage also records threshold
 //! events in [`notify`]'s outbox, which delivers them to the operator's webhook.
@@ -19,6 +19,7 @@ pub mod billing;
 pub mod client_ip;
 pub mod cloudflare;
 pub mod config;
+pub mod console;
 pub mod db;
 pub mod error;
 pub mod http;

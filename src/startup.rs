@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::account::limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
+use crate::auth::limits::FailureLimiter;
 use crate::auth::password::Passwords;
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
 use crate::config::{Config, MarkerStoreKind, UsageTransport};
@@ -182,7 +183,11 @@ impl Gateway {
             free_monthly_calls: config.usage.free_monthly_calls,
             metering: config.usage_check.enabled,
         };
+        let console_limits =
+            FailureLimiter::per_hour("console", config.account.login_failures_per_hour);
         let state = AppState::new(Shared {
+            console_limits,
+            past_days: Default::default(),
             quota,
             pricing,
             allocation,

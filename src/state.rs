@@ -4,12 +4,14 @@
 //! router, so handlers depend on it and never on the code that wires them
 //! ([`crate::startup`]).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use sqlx::PgPool;
 
 use crate::account::limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
+use crate::auth::limits::FailureLimiter;
 use crate::auth::password::Passwords;
 use crate::config::Config;
 use crate::proxy::pricing::Pricing;
@@ -17,6 +19,7 @@ use crate::proxy::upstream::Upstream;
 use crate::throttle::Throttler;
 use crate::usage::UsagePublisher;
 use crate::usage::quota::QuotaView;
+use crate::usage::series::PastDays;
 use crate::usage::subscriptions::Allocation;
 
 /// What every handler can reach: one shared allocation, so the router's per-request
@@ -43,6 +46,10 @@ pub struct Shared {
     pub passwords: Passwords,
     /// Signup, login-failure and redemption-failure limits of this replica.
     pub limits: Arc<AccountLimits>,
+    /// Failed console sign-ins of this replica, per client address.
+    pub console_limits: FailureLimiter<IpAddr>,
+    /// The console overview's calls per day of the days before today.
+    pub past_days: PastDays,
 }
 
 impl AppState {

@@ -34,6 +34,25 @@ pub struct KeySummary {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
+/// The account's keys with ids above `after`, revoked ones included, oldest first, at
+/// most `limit`: prefixes only, never a key. Shared by the key list and the console.
+pub async fn keys_of(
+    db: &sqlx::PgPool,
+    account_id: i64,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<KeySummary>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id AS key_id, prefix, created_at, revoked_at
+         FROM api_key WHERE account_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+    )
+    .bind(account_id)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
 pub(super) async fn insert_key(
     conn: &mut sqlx::PgConnection,
     account_id: i64,
@@ -128,14 +147,12 @@ pub async fn list_keys(
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(ApiError::Validation(format!("limit must be 1-{MAX_PAGE}")));
     }
-    let mut keys: Vec<KeySummary> = sqlx::query_as(
-        "SELECT id AS key_id, prefix, created_at, revoked_at
-         FROM api_key WHERE account_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+    let mut keys = keys_of(
+        &state.db,
+        session.account_id,
+        page.after.unwrap_or(i64::MIN),
+        i64::from(limit) + 1,
     )
-    .bind(session.account_id)
-    .bind(page.after.unwrap_or(i64::MIN))
-    .bind(i64::from(limit) + 1)
-    .fetch_all(&state.db)
     .await?;
     let mut headers = HeaderMap::new();
     if keys.len() > limit as usize {

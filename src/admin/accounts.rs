@@ -70,16 +70,8 @@ pub async fn list_accounts(
             "limit must be from 1 to {MAX_LIMIT}"
         )));
     }
-    let after = match query.cursor.as_deref() {
-        None | Some("") => 0,
-        Some(c) => c
-            .parse()
-            .map_err(|_| ApiError::Validation("cursor is not one this API gave".into()))?,
-    };
-    let q = query.q.as_deref().map(str::trim).filter(|q| !q.is_empty());
-    if q.is_some_and(|q| q.chars().count() > 254 || q.contains('\0')) {
-        return Err(ApiError::Validation("q is too long".into()));
-    }
+    let after = cursor_of(query.cursor.as_deref())?;
+    let q = search_of(query.q.as_deref())?;
     let mut conn = state.db.acquire().await?;
     let page = series::accounts(
         &mut conn,
@@ -106,6 +98,25 @@ pub async fn list_accounts(
             .collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
     }))
+}
+
+/// Where a page of the list starts: after the account id a `next_cursor` named.
+pub(crate) fn cursor_of(cursor: Option<&str>) -> Result<i64, ApiError> {
+    match cursor {
+        None | Some("") => Ok(0),
+        Some(c) => c
+            .parse()
+            .map_err(|_| ApiError::Validation("cursor is not one this API gave".into())),
+    }
+}
+
+/// The search text, trimmed (none when empty); refused when too long to be an email.
+pub(crate) fn search_of(q: Option<&str>) -> Result<Option<&str>, ApiError> {
+    let q = q.map(str::trim).filter(|q| !q.is_empty());
+    if q.is_some_and(|q| q.chars().count() > 254 || q.contains('\0')) {
+        return Err(ApiError::Validation("q is too long".into()));
+    }
+    Ok(q)
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]

@@ -100,7 +100,9 @@ pub(super) fn parse_account_id(raw: &str) -> Result<i64, ApiError> {
     raw.parse().map_err(|_| ApiError::AccountNotFound)
 }
 
-fn validate(
+/// The subscription `req` asks for, with a catalogue plan's figures filled in; shared
+/// by the admin API and the console's form.
+pub(crate) fn validate(
     req: SubscriptionRequest,
     catalogue: &[PlanConfig],
     now: DateTime<Utc>,

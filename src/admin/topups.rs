@@ -7,12 +7,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::handlers::parse_account_id;
+use super::handlers::{activation_error, parse_account_id};
 use crate::auth::AdminPrincipal;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams};
 use crate::month::storable;
 use crate::state::AppState;
-use crate::usage::subscriptions::ActivationError;
 
 /// Largest top-up at once.
 const MAX_CALLS: i64 = 1_000_000_000_000;
@@ -33,6 +32,24 @@ pub struct GrantCreated {
     pub grant_id: i64,
     pub calls: i64,
     pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// Refuses a top-up of `calls` outside 1 to 10^12, or lapsing at or before `now`;
+/// shared by the admin API and the console's form.
+pub(crate) fn validate_grant(req: &GrantRequest, now: DateTime<Utc>) -> Result<(), ApiError> {
+    if !(1..=MAX_CALLS).contains(&req.calls) {
+        return Err(ApiError::Validation(format!(
+            "calls must be from 1 to {MAX_CALLS}"
+        )));
+    }
+    if let Some(end) = req.expires_at
+        && (!storable(end) || end <= now)
+    {
+        return Err(ApiError::Validation(
+            "expires_at must be a real instant in the future".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Adds top-up credit, spent once the month's allowance is used up.
@@ -59,26 +76,12 @@ pub async fn create_grant(
 ) -> Result<(StatusCode, Json<GrantCreated>), ApiError> {
     let account_id = parse_account_id(&account_id)?;
     let now = Utc::now();
-    if !(1..=MAX_CALLS).contains(&req.calls) {
-        return Err(ApiError::Validation(format!(
-            "calls must be from 1 to {MAX_CALLS}"
-        )));
-    }
-    if let Some(end) = req.expires_at
-        && (!storable(end) || end <= now)
-    {
-        return Err(ApiError::Validation(
-            "expires_at must be a real instant in the future".into(),
-        ));
-    }
+    validate_grant(&req, now)?;
     let topup = state
         .allocation
         .add_credit(account_id, req.calls, req.expires_at, now)
         .await
-        .map_err(|e| match e {
-            ActivationError::AccountNotFound => ApiError::AccountNotFound,
-            ActivationError::Database(e) => ApiError::from(e),
-        })?;
+        .map_err(activation_error)?;
     Ok((
         StatusCode::CREATED,
         Json(GrantCreated {

@@ -2,13 +2,19 @@
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
 use super::refusal::{Refusal, refused};
 use super::token::bearer;
 use crate::error::ApiError;
 use crate::state::AppState;
+
+/// Whether `given` is the admin token. Comparing digests keeps the comparison time
+/// independent of the token (the admin API's bearer and the console's sign-in).
+pub fn admin_token_matches(expected: &SecretString, given: &str) -> bool {
+    Sha256::digest(given.as_bytes()) == Sha256::digest(expected.expose_secret().as_bytes())
+}
 
 /// The operator, holding `admin.token`.
 #[derive(Debug, Clone, Copy)]
@@ -22,11 +28,7 @@ impl FromRequestParts<AppState> for AdminPrincipal {
         let Some(expected) = &state.config.admin.token else {
             return Err(ApiError::NotFound);
         };
-        // Comparing digests keeps the comparison time independent of the token.
-        let same = bearer(&parts.headers).is_some_and(|given| {
-            Sha256::digest(given.as_bytes()) == Sha256::digest(expected.expose_secret().as_bytes())
-        });
-        if same {
+        if bearer(&parts.headers).is_some_and(|given| admin_token_matches(expected, given)) {
             return Ok(AdminPrincipal);
         }
         if let Some(suppressed) = refused(Refusal::AdminToken) {

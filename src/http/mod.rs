@@ -15,9 +15,9 @@ use tower_http::catch_panic::CatchPanicLayer;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Every public route of the gateway. Without `admin.token` the admin API does not
-/// exist at all: its paths answer 404 like any unknown path; likewise the payment
-/// webhook without `billing.stripe_webhook_secret`.
+/// Every public route of the gateway. Without `admin.token` the admin API and the
+/// operator console do not exist at all: their paths answer 404 like any unknown path;
+/// likewise the payment webhook without `billing.stripe_webhook_secret`.
 pub fn router(state: AppState) -> Router {
     let schema = ops::SchemaSeen::default();
     let mut routes = Router::new()
@@ -29,7 +29,9 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi::serve))
         .merge(crate::account::router());
     if state.config.admin.token.is_some() {
-        routes = routes.merge(crate::admin::router());
+        routes = routes
+            .merge(crate::admin::router())
+            .merge(crate::console::router());
     }
     if state.config.billing.stripe_webhook_secret.is_some() {
         routes = routes.merge(crate::billing::router());

@@ -5,7 +5,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::PgConnection;
 
 use super::report::standings;
-use super::rules::Standing;
+use super::rules::{FREE_PLAN, Standing};
 use crate::month::{Day, Month};
 
 /// One row of the account list.
@@ -42,23 +42,54 @@ pub async fn accounts(
     let pattern = query.map(|q| format!("%{}%", escape_like(&q.to_lowercase())));
     let exact_id = query.and_then(|q| q.trim().parse::<i64>().ok());
     let scan = if exhausted_only { MAX_SCAN } else { limit + 1 };
-    // Exhausted accounts have used something this month: scan only those.
-    let rows: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT a.id, a.email FROM account a
-         WHERE a.id > $1
-           AND ($2::text IS NULL OR lower(a.email) LIKE $2 ESCAPE '\\' OR a.id = $3)
-           AND (NOT $4 OR EXISTS (SELECT 1 FROM usage_counter c
-                                  WHERE c.account_id = a.id AND c.month_start = $5))
-         ORDER BY a.id LIMIT $6",
-    )
-    .bind(after)
-    .bind(&pattern)
-    .bind(exact_id)
-    .bind(exhausted_only)
-    .bind(month.start())
-    .bind(scan)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows: Vec<(i64, String)> = if exhausted_only {
+        // An exhausted account has used at least its allowance this month: the free
+        // grant, or a smaller figure named by one of its paid subscriptions or by one of
+        // this month's snapshots. Only the few accounts that pass are joined and then
+        // judged by their standing; each part reads one month of `usage_counter`, the
+        // subscriptions below the free grant, or one month of snapshots, never one row
+        // per account and subscription.
+        sqlx::query_as(
+            "WITH candidate AS (
+                 SELECT account_id FROM usage_counter WHERE month_start = $4 AND used >= $5
+                 UNION
+                 SELECT c.account_id
+                 FROM usage_counter c
+                 JOIN (SELECT account_id, monthly_allowance AS low FROM subscription
+                       WHERE plan <> $6 AND monthly_allowance < $5
+                       UNION ALL
+                       SELECT account_id, allowance FROM monthly_usage
+                       WHERE month_start = $4 AND allowance < $5) small
+                   ON small.account_id = c.account_id
+                 WHERE c.month_start = $4 AND c.used >= small.low)
+             SELECT a.id, a.email FROM candidate k JOIN account a ON a.id = k.account_id
+             WHERE a.id > $1
+               AND ($2::text IS NULL OR lower(a.email) LIKE $2 ESCAPE '\\' OR a.id = $3)
+             ORDER BY a.id LIMIT $7",
+        )
+        .bind(after)
+        .bind(&pattern)
+        .bind(exact_id)
+        .bind(month.start())
+        .bind(free_monthly_calls)
+        .bind(FREE_PLAN)
+        .bind(scan)
+        .fetch_all(&mut *conn)
+        .await?
+    } else {
+        sqlx::query_as(
+            "SELECT a.id, a.email FROM account a
+             WHERE a.id > $1
+               AND ($2::text IS NULL OR lower(a.email) LIKE $2 ESCAPE '\\' OR a.id = $3)
+             ORDER BY a.id LIMIT $4",
+        )
+        .bind(after)
+        .bind(&pattern)
+        .bind(exact_id)
+        .bind(scan)
+        .fetch_all(&mut *conn)
+        .await?
+    };
     let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
     let mut by_id: std::collections::HashMap<i64, Standing> =
         standings(conn, &ids, month, now, free_monthly_calls)
@@ -94,6 +125,69 @@ pub async fn accounts(
     Ok(page)
 }
 
+/// Every account with nothing left this month, in id order: how many there are, and
+/// the first `show` of them (the account list's exhausted filter, run to its end).
+pub async fn exhausted_now(
+    conn: &mut PgConnection,
+    show: usize,
+    now: DateTime<Utc>,
+    free_monthly_calls: i64,
+) -> Result<(usize, Vec<AccountRow>), sqlx::Error> {
+    let mut count = 0;
+    let mut shown = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = accounts(conn, None, true, after, MAX_SCAN, now, free_monthly_calls).await?;
+        count += page.accounts.len();
+        let room = show.saturating_sub(shown.len());
+        shown.extend(page.accounts.into_iter().take(room));
+        match page.next_cursor {
+            Some(next) => after = next,
+            None => return Ok((count, shown)),
+        }
+    }
+}
+
+/// The `limit` accounts that used the most units this month, most first (ties: the
+/// older account first), with where they stand.
+pub async fn top_accounts(
+    conn: &mut PgConnection,
+    limit: i64,
+    now: DateTime<Utc>,
+    free_monthly_calls: i64,
+) -> Result<Vec<AccountRow>, sqlx::Error> {
+    let month = Month::containing(now);
+    // The month's counters alone are ranked first, so only the winners are joined.
+    let rows: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT t.account_id, a.email
+         FROM (SELECT account_id, used FROM usage_counter WHERE month_start = $1
+               ORDER BY used DESC, account_id LIMIT $2) t
+         JOIN account a ON a.id = t.account_id
+         ORDER BY t.used DESC, t.account_id",
+    )
+    .bind(month.start())
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
+    let mut by_id: std::collections::HashMap<i64, Standing> =
+        standings(conn, &ids, month, now, free_monthly_calls)
+            .await?
+            .into_iter()
+            .map(|s| (s.account_id, s))
+            .collect();
+    Ok(rows
+        .into_iter()
+        .filter_map(|(account_id, email)| {
+            by_id.remove(&account_id).map(|standing| AccountRow {
+                account_id,
+                email,
+                standing,
+            })
+        })
+        .collect())
+}
+
 fn escape_like(text: &str) -> String {
     text.replace('\\', "\\\\")
         .replace('%', "\\%")
@@ -126,6 +220,80 @@ pub async fn daily(
     .fetch_all(conn)
     .await?;
     Ok(days_of(month, now, &rows))
+}
+
+/// How long the days before today of [`daily_totals`] are reused before being read again.
+pub const PAST_DAYS_FRESH: chrono::Duration = chrono::Duration::seconds(60);
+
+/// Figures of whole days (day start, calls, units).
+type DayRows = Vec<(DateTime<Utc>, i64, i64)>;
+
+/// The days before today of the last [`daily_totals`] read, per replica. Summing a whole
+/// month of `usage_daily` (a row per account and day) is the costly part of the
+/// overview, and a day that is over changes only when events arrive late (a backlog
+/// drained after an outage): its figures are reused for [`PAST_DAYS_FRESH`], today's are
+/// read every time.
+#[derive(Debug, Default)]
+pub struct PastDays(std::sync::Mutex<Option<PastRead>>);
+
+#[derive(Debug, Clone)]
+struct PastRead {
+    month: Month,
+    until: DateTime<Utc>,
+    at: DateTime<Utc>,
+    rows: DayRows,
+}
+
+/// Every UTC day of `month` up to today with the calls and units of every account.
+pub async fn daily_totals(
+    conn: &mut PgConnection,
+    past: &PastDays,
+    month: Month,
+    now: DateTime<Utc>,
+) -> Result<Vec<DayUsage>, sqlx::Error> {
+    let until = Day::containing(now)
+        .start()
+        .clamp(month.start(), month.end());
+    let kept = crate::sync::lock(&past.0)
+        .as_ref()
+        .filter(|r| r.month == month && r.until == until && now - r.at < PAST_DAYS_FRESH)
+        .map(|r| r.rows.clone());
+    let mut rows = match kept {
+        Some(rows) => rows,
+        None => {
+            let rows = totals_between(conn, month.start(), until).await?;
+            *crate::sync::lock(&past.0) = Some(PastRead {
+                month,
+                until,
+                at: now,
+                rows: rows.clone(),
+            });
+            rows
+        }
+    };
+    // Today only: no day after it has calls yet.
+    let today_end = Day::containing(until).end().min(month.end());
+    rows.extend(totals_between(conn, until, today_end).await?);
+    Ok(days_of(month, now, &rows))
+}
+
+/// Calls and units of every account per day starting in `[from, to)`.
+async fn totals_between(
+    conn: &mut PgConnection,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<DayRows, sqlx::Error> {
+    if from >= to {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(
+        "SELECT day_start, sum(calls)::int8, sum(used)::int8 FROM usage_daily
+         WHERE day_start >= $1 AND day_start < $2 GROUP BY day_start",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(conn)
+    .await
 }
 
 /// The days of `month` up to the one holding `now`, filled from `rows`.

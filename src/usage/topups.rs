@@ -17,6 +17,32 @@ pub struct TopUp {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+/// A top-up as the console lists it: what was granted, what is left, and when.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct TopUpRow {
+    pub id: i64,
+    pub calls: i64,
+    pub remaining: i64,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The account's top-ups, newest first, at most `limit`.
+pub async fn topups_of(
+    conn: &mut sqlx::PgConnection,
+    account_id: i64,
+    limit: i64,
+) -> Result<Vec<TopUpRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, calls, remaining, expires_at, created_at FROM credit_grant
+         WHERE account_id = $1 ORDER BY id DESC LIMIT $2",
+    )
+    .bind(account_id)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
 impl Allocation {
     /// Adds `calls` units of credit valid until `expires_at` (or for ever). Like an
     /// activation it takes the account's row lock, and an account that has units again

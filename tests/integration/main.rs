@@ -9,6 +9,7 @@ mod accounts;
 mod billing;
 mod common;
 mod config;
+mod console;
 mod jetstream;
 mod key_cache;
 mod layout;

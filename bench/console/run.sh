@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The console benchmark: how long each console page takes to serve with a large
+# database. Seeds a fresh database (bench/console/seed.sql: 100,000 accounts and
+# 1,000,000 ledger rows this month by default), starts the release gateway on it, signs
+# in, and requests each page CONSOLE_REQUESTS times one after another, printing the
+# median, 95th percentile and worst time per page as measured by curl on loopback (the
+# server's time plus a loopback round trip). Stops the gateway and drops the database
+# on exit (CONSOLE_KEEP=1 keeps the database, and reuses a seeded one next time).
+#
+#   bench/console/run.sh
+#   CONSOLE_ACCOUNTS=10000 CONSOLE_CALLS=100000 CONSOLE_REQUESTS=10 bench/console/run.sh   quick run
+#
+# Environment: CONSOLE_ACCOUNTS (default 100000), CONSOLE_CALLS (default 1000000),
+# CONSOLE_REQUESTS (per page, default 30), CONSOLE_PORT (default 19180, and the next
+# port for metrics), CONSOLE_PROFILE (cargo profile of the gateway, default release;
+# `dev` reuses a debug build), CONSOLE_DATABASE (default tollgate_console_bench).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+ACCOUNTS=${CONSOLE_ACCOUNTS:-100000}
+CALLS=${CONSOLE_CALLS:-1000000}
+REQUESTS=${CONSOLE_REQUESTS:-30}
+PORT=${CONSOLE_PORT:-19180}
+PROFILE=${CONSOLE_PROFILE:-release}
+DATABASE=${CONSOLE_DATABASE:-tollgate_console_bench}
+TOKEN=console-bench-token
+BASE=http://127.0.0.1:$PORT
+
+say() { printf '[console bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# shellcheck source=scripts/ensure-postgres.sh
+source scripts/ensure-postgres.sh
+PG="postgres://postgres@127.0.0.1:${PGPORT:-5432}"
+psql_at() { psql -X -q -v ON_ERROR_STOP=1 "$PG/$1" "${@:2}"; }
+
+say "building the gateway ($PROFILE)"
+cargo build --locked --profile "$PROFILE" --bin tollgate >&2
+target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+bin="$target_dir/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")/tollgate"
+
+work=$(mktemp -d)
+gateway=
+cleanup() {
+    [ -n "$gateway" ] && kill "$gateway" 2>/dev/null && wait "$gateway" 2>/dev/null
+    if [ "${CONSOLE_KEEP:-}" != 1 ]; then
+        psql_at postgres -c "DROP DATABASE IF EXISTS $DATABASE" >/dev/null 2>&1 || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+export TOLLGATE__DATABASE__URL="$PG/$DATABASE?sslmode=disable"
+seeded=$(psql_at postgres -Atc "SELECT 1 FROM pg_database WHERE datname = '$DATABASE'")
+if [ "$seeded" = 1 ] && [ "${CONSOLE_KEEP:-}" = 1 ] &&
+    [ "$(psql_at "$DATABASE" -Atc 'SELECT count(*) FROM account' 2>/dev/null)" = "$ACCOUNTS" ]; then
+    say "reusing the seeded database $DATABASE"
+    "$bin" migrate >&2
+else
+    psql_at postgres -c "DROP DATABASE IF EXISTS $DATABASE" >/dev/null
+    "$bin" migrate >&2
+    say "seeding $ACCOUNTS accounts and $CALLS ledger rows"
+    start=$(date +%s)
+    psql_at "$DATABASE" -v accounts="$ACCOUNTS" -v calls="$CALLS" -f bench/console/seed.sql >/dev/null
+    say "seeded in $(($(date +%s) - start)) s"
+fi
+
+TOLLGATE__SERVER__LISTEN=127.0.0.1:$PORT \
+    TOLLGATE__SERVER__METRICS_LISTEN=127.0.0.1:$((PORT + 1)) \
+    TOLLGATE__ADMIN__TOKEN=$TOKEN \
+    TOLLGATE__UPSTREAM__SHARED_SECRET=console-bench-secret \
+    TOLLGATE__THROTTLE__STORE=memory \
+    RUST_LOG=warn "$bin" serve >"$work/gateway.log" 2>&1 &
+gateway=$!
+for _ in $(seq 1 100); do
+    curl -sf "$BASE/healthz" >/dev/null 2>&1 && break
+    sleep 0.2
+done
+curl -sf "$BASE/healthz" >/dev/null || { cat "$work/gateway.log" >&2; exit 1; }
+
+jar="$work/cookies"
+csrf=$(curl -s -c "$jar" "$BASE/console/sign-in" | sed -n 's/.*name="csrf" value="\([0-9a-f]*\)".*/\1/p')
+status=$(curl -s -o /dev/null -w '%{http_code}' -b "$jar" -c "$jar" \
+    --data-urlencode "csrf=$csrf" --data-urlencode "token=$TOKEN" "$BASE/console/sign-in")
+[ "$status" = 303 ] || { echo "sign-in answered $status" >&2; exit 1; }
+
+heavy=1
+typical=$((ACCOUNTS / 2))
+pages=(
+    "overview|/console/"
+    "accounts, first page|/console/accounts"
+    "accounts, exhausted only|/console/accounts?exhausted=on"
+    "accounts, search by email (one match)|/console/accounts?q=bench-$((ACCOUNTS - 1))@"
+    "accounts, search by email (no match)|/console/accounts?q=nobody-here"
+    "accounts, search by id|/console/accounts?q=$typical"
+    "account, the busiest|/console/accounts/$heavy"
+    "account, a typical one|/console/accounts/$typical"
+)
+printf '| page | median ms | p95 ms | max ms |\n|---|---:|---:|---:|\n'
+for entry in "${pages[@]}"; do
+    name=${entry%%|*}
+    path=${entry#*|}
+    code=$(curl -s -o /dev/null -w '%{http_code}' -b "$jar" "$BASE$path")
+    [ "$code" = 200 ] || { echo "$path answered $code" >&2; exit 1; }
+    for _ in $(seq 1 "$REQUESTS"); do
+        curl -s -o /dev/null -w '%{time_total}\n' -b "$jar" "$BASE$path"
+    done | sort -n | awk -v name="$name" '
+        { t[NR] = $1 * 1000 }
+        END {
+            p95 = int(NR * 0.95 + 0.5); if (p95 < 1) p95 = 1; if (p95 > NR) p95 = NR
+            printf "| %s | %.1f | %.1f | %.1f |\n", name, t[int((NR + 1) / 2)], t[p95], t[NR]
+        }'
+done
+
+# The overview reuses the sums of the days before today for a minute; what the first view
+# of each minute adds is summing them again, timed here on the whole seeded month.
+month_sum=$(psql_at "$DATABASE" -At -c '\timing on' -c "
+    SELECT count(*) FROM (
+        SELECT day_start, sum(calls), sum(used) FROM usage_daily
+        WHERE day_start >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+        GROUP BY day_start) d" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p')
+printf '\nsumming a whole month of usage_daily (%s rows), the overview'"'"'s read once a minute: %s ms\n' \
+    "$(psql_at "$DATABASE" -Atc 'SELECT count(*) FROM usage_daily')" "$month_sum"

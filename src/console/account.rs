@@ -1,0 +1,242 @@
+//! One account (`GET /console/accounts/{id}[?month=YYYY-MM]`): where it stands this
+//! month, its usage per day as a chart, its subscriptions, key prefixes (never a key)
+//! and top-ups, and the forms that add a subscription or a top-up (handled in
+//! [`super::forms`], which shows this page again with the form's error).
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use chrono::{DateTime, Duration, Utc};
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::chart::{daily_calls, days_in};
+use super::page::{Frame, Problem, Section, csrf_field, grouped, html_response, shell};
+use super::session::ConsoleSession;
+use crate::account::keys::keys_of;
+use crate::account::usage::{MonthQuery, month_or_current};
+use crate::error::ApiError;
+use crate::month::Month;
+use crate::state::AppState;
+use crate::usage::grants::load_subscriptions;
+use crate::usage::report::usage_report;
+use crate::usage::rules::active_subscription;
+use crate::usage::series;
+use crate::usage::topups::topups_of;
+
+/// Keys and top-ups listed at most (the newest top-ups, the oldest keys).
+const LISTED: i64 = 100;
+
+/// The subscription form's fields as sent (all text, so a bad one is shown, not refused).
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct SubscriptionFields {
+    pub csrf: Option<String>,
+    pub plan: Option<String>,
+    pub monthly_allowance: Option<String>,
+    pub daily_allowance: Option<String>,
+    pub enforcement: Option<String>,
+    pub starts_at: Option<String>,
+    pub expires_at: Option<String>,
+}
+
+/// The top-up form's fields as sent.
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct TopUpFields {
+    pub csrf: Option<String>,
+    pub calls: Option<String>,
+    pub expires_at: Option<String>,
+}
+
+/// A form sent back with what was wrong, to show again as it was filled in.
+#[derive(Debug, Default)]
+pub struct Echo {
+    pub subscription: Option<(SubscriptionFields, String)>,
+    pub top_up: Option<(TopUpFields, String)>,
+}
+
+pub async fn page(
+    State(state): State<AppState>,
+    session: ConsoleSession,
+    Path(account_id): Path<String>,
+    query: Result<Query<MonthQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let account_id = account_id.parse().map_err(|_| ApiError::AccountNotFound)?;
+    let query = query.map_err(ApiError::from)?.0;
+    let month = month_or_current(&query, Utc::now())?;
+    render(&state, &session, account_id, month, &Echo::default()).await
+}
+
+/// The account page for `month`, with `echo`'s forms as sent; `422` when one is there.
+pub async fn render(
+    state: &AppState,
+    session: &ConsoleSession,
+    account_id: i64,
+    month: Month,
+    echo: &Echo,
+) -> Result<Response, Problem> {
+    let now = Utc::now();
+    let free = state.config.usage.free_monthly_calls;
+    let mut conn = state.db.acquire().await?;
+    let account: Option<(String, DateTime<Utc>)> =
+        sqlx::query_as("SELECT email, created_at FROM account WHERE id = $1")
+            .bind(account_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some((email, created_at)) = account else {
+        return Err(ApiError::AccountNotFound.into());
+    };
+    let report = usage_report(&mut conn, account_id, month, now, free)
+        .await?
+        .ok_or(ApiError::AccountNotFound)?;
+    let days = series::daily(&mut conn, account_id, month, now).await?;
+    let mut subscriptions = load_subscriptions(&mut conn, &[account_id])
+        .await?
+        .remove(&account_id)
+        .unwrap_or_default();
+    let active = active_subscription(&subscriptions, month.judged_at(now)).map(|s| s.id);
+    subscriptions.sort_by_key(|s| std::cmp::Reverse((s.starts_at, s.id)));
+    let top_ups = topups_of(&mut conn, account_id, LISTED).await?;
+    drop(conn);
+    let keys = keys_of(&state.db, account_id, i64::MIN, LISTED).await?;
+
+    let previous = Month::containing(month.start() - Duration::microseconds(1));
+    let current = Month::containing(now);
+    let content = html! {
+        h1 { (email) span.sub { "account " (account_id) ", since " (day(created_at)) } }
+        dl.figures #standing {
+            div { dt { "Plan" } dd #plan { (report.plan) " (" (report.enforcement.as_str()) ")" } }
+            div { dt { "Used" } dd #used { (grouped(report.used)) } }
+            div { dt { "Allowance" } dd #allowance { (grouped(report.allowance)) } }
+            div { dt { "Credits" } dd #credits { (grouped(report.credits)) } }
+            div { dt { "Remaining" } dd #remaining { (grouped(report.remaining)) } }
+            @if let Some(daily) = &report.daily {
+                div { dt { "Today" } dd { (grouped(daily.used)) " of " (grouped(daily.allowance)) } }
+            }
+            @if report.exhausted { div { dt { "State" } dd { span.badge.exhausted { "exhausted" } } } }
+        }
+        section #usage {
+            h2 { "Usage per day, " (month) " (UTC)" }
+            nav.pages {
+                a href=(format!("/console/accounts/{account_id}?month={previous}")) { "← " (previous) }
+                @if month < current {
+                    a href=(format!("/console/accounts/{account_id}?month={}", month.next())) { (month.next()) " →" }
+                }
+            }
+            (daily_calls(&days, days_in(month), &format!("Calls per day, {month}")))
+        }
+        section #subscriptions {
+            h2 { "Subscriptions" }
+            table {
+                thead { tr { th.num { "Id" } th { "Plan" } th.num { "Monthly" } th.num { "Daily" } th { "Enforcement" } th { "Starts" } th { "Expires" } th { "" } } }
+                tbody {
+                    @for s in &subscriptions {
+                        tr {
+                            td.num { (s.id) } td { (s.plan) } td.num { (grouped(s.default_allowance(free))) }
+                            td.num { @if let Some(d) = s.daily_allowance { (grouped(d)) } @else { "—" } }
+                            td { (s.enforcement.as_str()) } td { (instant(s.starts_at)) }
+                            td { @if let Some(end) = s.expires_at { (instant(end)) } @else { "never" } }
+                            td { @if active == Some(s.id) { span.badge.active { "active" } } }
+                        }
+                    }
+                }
+            }
+            (subscription_form(state, session.csrf(), account_id, echo.subscription.as_ref()))
+        }
+        section #keys {
+            h2 { "API keys" }
+            @if keys.is_empty() { p.empty { "No keys." } } @else {
+                table {
+                    thead { tr { th.num { "Id" } th { "Prefix" } th { "Created" } th { "Revoked" } } }
+                    tbody { @for k in &keys {
+                        tr { td.num { (k.key_id) } td { code { (k.prefix) "…" } } td { (instant(k.created_at)) }
+                             td { @if let Some(at) = k.revoked_at { (instant(at)) } @else { "—" } } }
+                    } }
+                }
+            }
+        }
+        section #top-ups {
+            h2 { "Top-ups" }
+            @if top_ups.is_empty() { p.empty { "No top-ups." } } @else {
+                table {
+                    thead { tr { th.num { "Id" } th.num { "Units" } th.num { "Left" } th { "Expires" } th { "Added" } } }
+                    tbody { @for t in &top_ups {
+                        tr { td.num { (t.id) } td.num { (grouped(t.calls)) } td.num { (grouped(t.remaining)) }
+                             td { @if let Some(end) = t.expires_at { (instant(end)) } @else { "never" } }
+                             td { (instant(t.created_at)) } }
+                    } }
+                }
+            }
+            (top_up_form(session.csrf(), account_id, echo.top_up.as_ref()))
+        }
+    };
+    let frame = Frame {
+        section: Section::Accounts,
+        csrf: session.csrf(),
+        flash: session.flash.as_ref(),
+    };
+    let status = if echo.subscription.is_some() || echo.top_up.is_some() {
+        StatusCode::UNPROCESSABLE_ENTITY
+    } else {
+        StatusCode::OK
+    };
+    Ok(html_response(status, shell(&email, Some(frame), content)))
+}
+
+fn subscription_form(
+    state: &AppState,
+    csrf: &str,
+    account_id: i64,
+    echo: Option<&(SubscriptionFields, String)>,
+) -> Markup {
+    let (fields, error) = echo.map_or((SubscriptionFields::default(), None), |(f, e)| {
+        (f.clone(), Some(e.as_str()))
+    });
+    let value = |v: &Option<String>| v.clone().unwrap_or_default();
+    let enforcement = value(&fields.enforcement);
+    html! {
+        form.panel #add-subscription method="post" action=(format!("/console/accounts/{account_id}/subscriptions")) {
+            h3 { "Add a subscription" }
+            @if let Some(error) = error { p.flash.error role="alert" { (error) } }
+            (csrf_field(csrf))
+            label { "Plan" input name="plan" list="catalogue" required value=(value(&fields.plan)); }
+            datalist #catalogue { @for plan in &state.config.plans { option value=(plan.name) {} } }
+            label { "Monthly allowance" input name="monthly_allowance" inputmode="numeric" placeholder="the catalogue's" value=(value(&fields.monthly_allowance)); }
+            label { "Daily allowance" input name="daily_allowance" inputmode="numeric" placeholder="none" value=(value(&fields.daily_allowance)); }
+            label { "Enforcement"
+                select name="enforcement" {
+                    option value="" selected[enforcement.is_empty()] { "the plan's (soft)" }
+                    option value="soft" selected[enforcement == "soft"] { "soft" }
+                    option value="hard" selected[enforcement == "hard"] { "hard" }
+                }
+            }
+            label { "Starts (UTC)" input name="starts_at" type="datetime-local" value=(value(&fields.starts_at)); }
+            label { "Expires (UTC)" input name="expires_at" type="datetime-local" value=(value(&fields.expires_at)); }
+            button type="submit" { "Add subscription" }
+        }
+    }
+}
+
+fn top_up_form(csrf: &str, account_id: i64, echo: Option<&(TopUpFields, String)>) -> Markup {
+    let (fields, error) = echo.map_or((TopUpFields::default(), None), |(f, e)| {
+        (f.clone(), Some(e.as_str()))
+    });
+    html! {
+        form.panel #add-top-up method="post" action=(format!("/console/accounts/{account_id}/top-ups")) {
+            h3 { "Add a top-up" }
+            @if let Some(error) = error { p.flash.error role="alert" { (error) } }
+            (csrf_field(csrf))
+            label { "Units" input name="calls" inputmode="numeric" required value=(fields.calls.unwrap_or_default()); }
+            label { "Expires (UTC)" input name="expires_at" type="datetime-local" value=(fields.expires_at.unwrap_or_default()); }
+            button type="submit" { "Add top-up" }
+        }
+    }
+}
+
+fn instant(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+fn day(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d").to_string()
+}

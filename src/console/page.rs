@@ -1,0 +1,308 @@
+//! What every console page shares: the HTML shell with its navigation and one-time
+//! message, the error page, the security headers, and the stylesheet, which is compiled
+//! into the binary so the console works offline.
+//!
+//! Pages are rendered with maud, which escapes every interpolated value. The console
+//! runs no script and loads nothing from elsewhere, which lets the Content-Security-Policy
+//! forbid both.
+
+use axum::extract::Request;
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, RETRY_AFTER,
+    X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use maud::{DOCTYPE, Markup, html};
+
+use crate::error::ApiError;
+
+/// The stylesheet, served at [`STYLESHEET`].
+const CSS: &str = include_str!("console.css");
+/// Where the stylesheet is served.
+pub const STYLESHEET: &str = "/console/console.css";
+
+/// Same origin only, no script at all, and no framing.
+const POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
+     form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The one-time message shown on the page a form redirects to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flash {
+    pub kind: FlashKind,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlashKind {
+    Done,
+    Error,
+}
+
+impl FlashKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlashKind::Done => "done",
+            FlashKind::Error => "error",
+        }
+    }
+
+    pub fn parse(text: &str) -> Self {
+        if text == "error" {
+            FlashKind::Error
+        } else {
+            FlashKind::Done
+        }
+    }
+}
+
+/// The console's sections, for the navigation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    Overview,
+    Accounts,
+}
+
+/// What a signed-in page shows around its content: the section, the token its sign-out
+/// form carries and the pending message.
+pub struct Frame<'a> {
+    pub section: Section,
+    pub csrf: &'a str,
+    pub flash: Option<&'a Flash>,
+}
+
+/// A whole page: the document, the navigation when signed in, and `content`.
+pub fn shell(title: &str, frame: Option<Frame<'_>>, content: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="referrer" content="no-referrer";
+                title { (title) " · tollgate console" }
+                link rel="stylesheet" href=(STYLESHEET);
+            }
+            body {
+                header.top {
+                    a.brand href="/console/" { "tollgate" span { "console" } }
+                    @if let Some(frame) = &frame {
+                        nav {
+                            a href="/console/" aria-current=[current(frame, Section::Overview)] { "Overview" }
+                            a href="/console/accounts" aria-current=[current(frame, Section::Accounts)] { "Accounts" }
+                        }
+                        form.signout method="post" action="/console/sign-out" {
+                            (csrf_field(frame.csrf))
+                            button type="submit" { "Sign out" }
+                        }
+                    }
+                }
+                main {
+                    @if let Some(flash) = frame.as_ref().and_then(|f| f.flash) {
+                        p class={ "flash " (flash.kind.as_str()) } role="status" { (flash.text) }
+                    }
+                    (content)
+                }
+            }
+        }
+    }
+}
+
+fn current(frame: &Frame<'_>, section: Section) -> Option<&'static str> {
+    (frame.section == section).then_some("page")
+}
+
+/// The hidden field every form that changes something carries.
+pub fn csrf_field(csrf: &str) -> Markup {
+    html! { input type="hidden" name="csrf" value=(csrf); }
+}
+
+/// `12345678` → `12,345,678`.
+pub fn grouped(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if n < 0 {
+        out.push('-');
+    }
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// An HTML answer with the console's status.
+pub fn html_response(status: StatusCode, page: Markup) -> Response {
+    (
+        status,
+        [(CONTENT_TYPE, "text/html; charset=utf-8")],
+        page.into_string(),
+    )
+        .into_response()
+}
+
+/// A console page that could not be shown: its status and what to tell the operator.
+#[derive(Debug)]
+pub struct Problem {
+    pub status: StatusCode,
+    pub title: &'static str,
+    pub message: String,
+    pub retry_after: Option<u64>,
+}
+
+impl Problem {
+    /// A form whose CSRF token is missing or not this session's.
+    pub fn forged() -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            title: "Forbidden",
+            message:
+                "This form was not sent from this console session. Reload the page and try again."
+                    .into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn not_found() -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            title: "Not found",
+            message: "There is no such page in the console.".into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn bad_form(why: String) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            title: "Bad request",
+            message: why,
+            retry_after: None,
+        }
+    }
+}
+
+impl From<ApiError> for Problem {
+    fn from(err: ApiError) -> Self {
+        let (status, _) = err.status_and_code();
+        let title = match status {
+            StatusCode::NOT_FOUND => "Not found",
+            StatusCode::UNPROCESSABLE_ENTITY => "Not valid",
+            StatusCode::TOO_MANY_REQUESTS => "Too many attempts",
+            StatusCode::SERVICE_UNAVAILABLE => "Unavailable",
+            _ if status.is_server_error() => "Something went wrong",
+            _ => "Refused",
+        };
+        let message = err.public_message();
+        let retry_after = err.retry_after_secs();
+        // Logs a server error's cause, as the JSON APIs do; the page shows none of it.
+        let _ = err.into_response();
+        Self {
+            status,
+            title,
+            message,
+            retry_after,
+        }
+    }
+}
+
+impl From<sqlx::Error> for Problem {
+    fn from(err: sqlx::Error) -> Self {
+        ApiError::from(err).into()
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let page = shell(
+            self.title,
+            None,
+            html! {
+                section.problem {
+                    h1 { (self.title) }
+                    p { (self.message) }
+                    p { a href="/console/" { "Back to the console" } }
+                }
+            },
+        );
+        let mut response = html_response(self.status, page);
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(RETRY_AFTER, secs.into());
+        }
+        response
+    }
+}
+
+/// Serves the stylesheet.
+pub async fn stylesheet() -> Response {
+    (
+        [
+            (CONTENT_TYPE, "text/css; charset=utf-8"),
+            (CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        CSS,
+    )
+        .into_response()
+}
+
+/// Anything else under `/console/`.
+pub async fn unknown() -> Problem {
+    Problem::not_found()
+}
+
+/// Adds the console's security headers to every answer under `/console`: no framing,
+/// no referrer, no script, nothing stored by caches (but the stylesheet).
+pub async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(POLICY));
+    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers
+        .entry(CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_grouped_by_thousands() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(1234567), "1,234,567");
+        assert_eq!(grouped(-1234), "-1,234");
+    }
+
+    #[test]
+    fn interpolated_text_is_escaped() {
+        let flash = Flash {
+            kind: FlashKind::Done,
+            text: "<script>alert(1)</script>".into(),
+        };
+        let page = shell(
+            "<b>",
+            Some(Frame {
+                section: Section::Overview,
+                csrf: "\"><x",
+                flash: Some(&flash),
+            }),
+            html! {},
+        )
+        .into_string();
+        assert!(!page.contains("<script>"), "{page}");
+        assert!(page.contains("&lt;script&gt;"), "{page}");
+        assert!(!page.contains("\"><x"), "{page}");
+        assert!(
+            page.contains(r#"<p class="flash done" role="status">"#),
+            "{page}"
+        );
+    }
+}

@@ -1,0 +1,349 @@
+//! An operator's walk through the console in Debian's headless Chromium, driven through
+//! chromedriver (WebDriver) on a free port: sign in, search, open an account, read its
+//! chart, top it up, meet a forged form, sign out. Each page is saved as a PNG under
+//! `target/console-screenshots/`. `scripts/ensure-chromium.sh` installs the browser.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use chrono::{Datelike, Utc};
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+use tollgate::month::Month;
+
+use crate::common::*;
+
+/// A chromedriver of this test's own, and a headless Chromium session on it.
+struct Browser {
+    client: Client,
+    _driver: Child,
+    shots: PathBuf,
+}
+
+fn executable(env: &str, candidates: &[&str]) -> String {
+    std::env::var(env)
+        .ok()
+        .into_iter()
+        .chain(candidates.iter().map(|c| c.to_string()))
+        .find(|path| Path::new(path).exists())
+        .unwrap_or_else(|| panic!("no {} here: run scripts/ensure-chromium.sh", candidates[0]))
+}
+
+impl Browser {
+    async fn start() -> Self {
+        let driver_bin = executable("CHROMEDRIVER", &["/usr/bin/chromedriver"]);
+        let chromium = executable(
+            "CHROMIUM_BINARY",
+            &["/usr/lib/chromium/chromium", "/usr/bin/chromium"],
+        );
+        let port = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap().port()
+        };
+        let driver = Command::new(driver_bin)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            // Its own process group, which Chromium joins: see `Drop`.
+            .process_group(0)
+            .spawn()
+            .expect("chromedriver starts");
+        let url = format!("http://127.0.0.1:{port}");
+        let status = reqwest::Client::builder().no_proxy().build().unwrap();
+        let ready = eventually(Duration::from_secs(20), || {
+            let req = status.get(format!("{url}/status"));
+            async move { req.send().await.is_ok_and(|r| r.status() == 200) }
+        })
+        .await;
+        assert!(ready, "chromedriver did not answer on port {port}");
+        let capabilities = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--no-proxy-server", "--window-size=1280,1700", "--hide-scrollbars"],
+            },
+        });
+        let Value::Object(capabilities) = capabilities else {
+            unreachable!()
+        };
+        let client = ClientBuilder::new(HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(&url)
+            .await
+            .expect("a Chromium session");
+        let shots = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .parent()
+            .unwrap()
+            .join("console-screenshots");
+        std::fs::create_dir_all(&shots).unwrap();
+        Browser {
+            client,
+            _driver: driver,
+            shots,
+        }
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let png = self.client.screenshot().await.unwrap();
+        let path = self.shots.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap();
+        println!("screenshot: {}", path.display());
+    }
+
+    async fn path(&self) -> String {
+        self.client.current_url().await.unwrap().path().to_owned()
+    }
+
+    /// Waits until the page's path is `path` (a form's answer has loaded).
+    async fn wait_for_path(&self, path: &str) {
+        let arrived = eventually(Duration::from_secs(10), || async {
+            self.path().await == path
+        })
+        .await;
+        assert!(arrived, "still on {} instead of {path}", self.path().await);
+    }
+
+    async fn css(&self, selector: &str) -> fantoccini::elements::Element {
+        let found = self
+            .client
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(selector))
+            .await;
+        match found {
+            Ok(element) => element,
+            Err(e) => {
+                self.screenshot("failure").await;
+                let source = self.client.source().await.unwrap_or_default();
+                panic!("{selector} on {}: {e}\n{source}", self.path().await)
+            }
+        }
+    }
+
+    async fn text(&self, selector: &str) -> String {
+        self.css(selector).await.text().await.unwrap()
+    }
+
+    async fn bars(&self, selector: &str) -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        for bar in self.client.find_all(Locator::Css(selector)).await.unwrap() {
+            let day = bar.attr("data-day").await.unwrap().unwrap();
+            let calls = bar
+                .attr("data-calls")
+                .await
+                .unwrap()
+                .unwrap()
+                .parse()
+                .unwrap();
+            out.push((day, calls));
+        }
+        out
+    }
+}
+
+impl Drop for Browser {
+    /// Ends chromedriver and the Chromium it started, even when the test failed before
+    /// closing its session (killing chromedriver alone would leave Chromium behind).
+    fn drop(&mut self) {
+        if let Some(pid) = self._driver.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_browser() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let _another = app.signup().await;
+    for _ in 0..3 {
+        assert_eq!(
+            app.call("/vedic/v1/horoscope", &customer.api_key)
+                .await
+                .status(),
+            200
+        );
+    }
+    app.wait_for_ledger(customer.account_id, 3).await;
+    // Five calls more on the month's first day, as accounting counts them per day.
+    let now = Utc::now();
+    let first = Month::containing(now).start();
+    sqlx::query(
+        "INSERT INTO usage_daily (account_id, day_start, calls, used) VALUES ($1, $2, 5, 5)
+         ON CONFLICT (account_id, day_start)
+         DO UPDATE SET calls = usage_daily.calls + 5, used = usage_daily.used + 5",
+    )
+    .bind(customer.account_id)
+    .bind(first)
+    .execute(&app.db.pool)
+    .await
+    .unwrap();
+    let today = now.day() as usize;
+
+    let browser = Browser::start().await;
+    let c = &browser.client;
+
+    // Without a session, any page leads to the sign-in page.
+    c.goto(&app.url("/console/accounts")).await.unwrap();
+    browser.wait_for_path("/console/sign-in").await;
+    browser.screenshot("sign-in").await;
+    browser
+        .css("#token")
+        .await
+        .send_keys(ADMIN_TOKEN)
+        .await
+        .unwrap();
+    browser
+        .css("section.signin button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    browser.wait_for_path("/console/").await;
+    assert_eq!(browser.text("#calls-month").await, "8");
+    assert_eq!(browser.bars("figure.chart rect.bar").await.len(), today);
+    browser.screenshot("overview").await;
+
+    // Search the account by its email.
+    browser
+        .css("header nav a[href='/console/accounts']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    browser.wait_for_path("/console/accounts").await;
+    browser
+        .css("#q")
+        .await
+        .send_keys(&customer.email)
+        .await
+        .unwrap();
+    browser
+        .css("form.search button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let searched = eventually(Duration::from_secs(10), || async {
+        c.current_url()
+            .await
+            .unwrap()
+            .query()
+            .is_some_and(|q| q.contains("q="))
+    })
+    .await;
+    assert!(searched);
+    let rows = c
+        .find_all(Locator::Css("table.accounts tbody tr"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0].attr("data-account").await.unwrap(),
+        Some(customer.account_id.to_string())
+    );
+    browser.screenshot("accounts").await;
+
+    // Its page: one bar per day of the month so far, with the day's calls.
+    rows[0]
+        .find(Locator::Css("a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let account = format!("/console/accounts/{}", customer.account_id);
+    browser.wait_for_path(&account).await;
+    let bars = browser.bars("#usage rect.bar").await;
+    assert_eq!(bars.len(), today);
+    assert_eq!(bars[0].0, first.date_naive().to_string());
+    let expected: Vec<i64> = (1..=today)
+        .map(|d| if d == 1 { 5 } else { 0 } + if d == today { 3 } else { 0 })
+        .collect();
+    assert_eq!(bars.iter().map(|b| b.1).collect::<Vec<_>>(), expected);
+    assert_eq!(browser.text("#used").await, "3");
+    let keys = browser.text("#keys").await;
+    assert!(keys.contains(&customer.api_key[..12]), "{keys}");
+    assert!(
+        !keys.contains(&customer.api_key),
+        "a whole key is never shown"
+    );
+    browser.screenshot("account").await;
+
+    // A top-up through the form: back on the account with a message, and the usage
+    // object the customer reads has the credit.
+    browser
+        .css("#add-top-up input[name=calls]")
+        .await
+        .send_keys("500")
+        .await
+        .unwrap();
+    browser
+        .css("#add-top-up button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let flash = browser.text("p.flash.done").await;
+    assert!(flash.contains("500 units"), "{flash}");
+    browser.wait_for_path(&account).await;
+    assert_eq!(browser.text("#credits").await, "500");
+    let usage: Value = app
+        .client
+        .get(app.url("/account/v1/usage"))
+        .header("x-api-key", &customer.api_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (usage["credits"].as_i64(), usage["remaining"].as_i64()),
+        (Some(500), Some(3_497))
+    );
+    browser.screenshot("account-topped-up").await;
+
+    // The same form with a forged token is refused and changes nothing.
+    c.execute(
+        "document.querySelector('#add-top-up input[name=csrf]').value = arguments[0];",
+        vec![json!("0".repeat(64))],
+    )
+    .await
+    .unwrap();
+    browser
+        .css("#add-top-up input[name=calls]")
+        .await
+        .send_keys("7")
+        .await
+        .unwrap();
+    browser
+        .css("#add-top-up button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(browser.text("section.problem h1").await, "Forbidden");
+    browser.screenshot("forged-form").await;
+    assert_eq!(app.usage_of(customer.account_id).await["credits"], 500);
+
+    // Sign out: the session is gone, and pages lead to the sign-in page again.
+    c.goto(&app.url(&account)).await.unwrap();
+    browser
+        .css("form.signout button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    browser.wait_for_path("/console/sign-in").await;
+    c.goto(&app.url(&account)).await.unwrap();
+    browser.wait_for_path("/console/sign-in").await;
+    c.clone().close().await.unwrap();
+}

@@ -1,0 +1,433 @@
+//! The console over plain HTTP: where it exists, who it lets in, what its cookies and
+//! headers say, and which forms it refuses.
+
+use reqwest::header::{COOKIE, LOCATION, RETRY_AFTER};
+use sha2::Digest;
+
+use super::*;
+
+#[tokio::test]
+async fn the_console_is_absent_without_an_admin_token() {
+    let app = spawn_app_with(|c| c.admin.token = None).await;
+    let client = manual_client();
+    for path in [
+        "/console",
+        "/console/",
+        "/console/sign-in",
+        "/console/accounts",
+    ] {
+        let res = client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(res.status(), 404, "{path}");
+    }
+    let res = client
+        .post(app.url("/console/sign-in"))
+        .form(&[("token", "anything")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404);
+}
+
+#[tokio::test]
+async fn every_console_page_without_a_valid_session_redirects_to_sign_in() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let client = manual_client();
+    let account = format!("/console/accounts/{}", customer.account_id);
+    for cookie in [
+        None,
+        Some("tollgate_console=tgc_forgedforgedforgedforgedforgedforged12"),
+    ] {
+        for path in [
+            "/console/",
+            "/console/accounts",
+            "/console/accounts?q=x",
+            account.as_str(),
+        ] {
+            let mut req = client.get(app.url(path));
+            if let Some(cookie) = cookie {
+                req = req.header(COOKIE, cookie);
+            }
+            let res = req.send().await.unwrap();
+            assert_eq!(res.status(), 303, "{path} with {cookie:?}");
+            assert_eq!(res.headers()[LOCATION], "/console/sign-in");
+        }
+        let mut req = client
+            .post(app.url(&format!("{account}/top-ups")))
+            .form(&[("calls", "100")]);
+        if let Some(cookie) = cookie {
+            req = req.header(COOKIE, cookie);
+        }
+        let res = req.send().await.unwrap();
+        assert_eq!(res.status(), 303);
+        assert_eq!(res.headers()[LOCATION], "/console/sign-in");
+    }
+    assert_eq!(app.usage_of(customer.account_id).await["credits"], 0);
+}
+
+#[tokio::test]
+async fn sign_in_sets_a_strict_http_only_cookie_and_sign_out_revokes_the_session() {
+    let app = spawn_app().await;
+    let operator = Operator::sign_in(&app).await;
+    // The cookie as the sign-in answer set it.
+    let sign_in = manual_client()
+        .get(app.url("/console/sign-in"))
+        .send()
+        .await
+        .unwrap();
+    let pre = set_cookie(&sign_in, "tollgate_console_sign_in").unwrap();
+    assert!(
+        pre.contains("HttpOnly") && pre.contains("SameSite=Strict"),
+        "{pre}"
+    );
+    let session: String = operator.cookie.split('=').nth(1).unwrap().to_owned();
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT token_hash FROM console_session")
+        .fetch_one(&app.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, sha2::Sha256::digest(session.as_bytes()).to_vec());
+
+    let overview = operator.get("/console/").await;
+    assert_eq!(overview.status(), 200);
+    let csrf = super::csrf_field(&overview.text().await.unwrap());
+    let out = operator.post("/console/sign-out", &[("csrf", &csrf)]).await;
+    assert_eq!(out.status(), 303);
+    assert_eq!(out.headers()[LOCATION], "/console/sign-in");
+    let cleared = set_cookie(&out, "tollgate_console").unwrap();
+    assert!(cleared.contains("Max-Age=0"), "{cleared}");
+    // The old cookie opens nothing any more, on this replica or another.
+    let again = operator.get("/console/").await;
+    assert_eq!(again.status(), 303);
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM console_session")
+        .fetch_one(&app.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+}
+
+#[tokio::test]
+async fn the_session_cookie_has_its_flags_and_secure_only_under_tls() {
+    let app = spawn_app().await;
+    let client = manual_client();
+    let form = client
+        .get(app.url("/console/sign-in"))
+        .send()
+        .await
+        .unwrap();
+    let pre = cookie_pair(&set_cookie(&form, "tollgate_console_sign_in").unwrap());
+    let csrf = csrf_field(&form.text().await.unwrap());
+    let res = client
+        .post(app.url("/console/sign-in"))
+        .header(COOKIE, pre)
+        .form(&[("csrf", csrf.as_str()), ("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    let cookie = set_cookie(&res, "tollgate_console").unwrap();
+    for flag in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/console",
+        "Max-Age=43200",
+    ] {
+        assert!(cookie.contains(flag), "{flag} in {cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "{cookie}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+    let tls = spawn_app_with(|c| {
+        c.server.tls_cert = Some(cert_path.clone());
+        c.server.tls_key = Some(key_path.clone());
+    })
+    .await;
+    let operator = Operator::sign_in(&tls).await;
+    assert!(operator.base.starts_with("https://"));
+    let form = client
+        .get(tls.url("/console/sign-in"))
+        .send()
+        .await
+        .unwrap();
+    let pre = set_cookie(&form, "tollgate_console_sign_in").unwrap();
+    assert!(pre.ends_with("; Secure"), "{pre}");
+    let csrf = csrf_field(&form.text().await.unwrap());
+    let res = client
+        .post(tls.url("/console/sign-in"))
+        .header(COOKIE, cookie_pair(&pre))
+        .form(&[("csrf", csrf.as_str()), ("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    let cookie = set_cookie(&res, "tollgate_console").unwrap();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.ends_with("; Secure"),
+        "{cookie}"
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_refused_and_repeated_failures_lock_sign_in() {
+    let app = spawn_app_with(|c| c.account.login_failures_per_hour = 3).await;
+    let client = manual_client();
+    let attempt = |token: &'static str| {
+        let client = client.clone();
+        let url = app.url("/console/sign-in");
+        async move {
+            let form = client.get(&url).send().await.unwrap();
+            let pre = cookie_pair(&set_cookie(&form, "tollgate_console_sign_in").unwrap());
+            let csrf = csrf_field(&form.text().await.unwrap());
+            client
+                .post(&url)
+                .header(COOKIE, pre)
+                .form(&[("csrf", csrf.as_str()), ("token", token)])
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for _ in 0..3 {
+        let res = attempt("not-the-token").await;
+        assert_eq!(res.status(), 401);
+        assert!(set_cookie(&res, "tollgate_console").is_none());
+        assert!(
+            res.text()
+                .await
+                .unwrap()
+                .contains("That is not the admin token.")
+        );
+    }
+    let locked = attempt(ADMIN_TOKEN).await;
+    assert_eq!(locked.status(), 429);
+    assert!(locked.headers().contains_key(RETRY_AFTER));
+    assert!(set_cookie(&locked, "tollgate_console").is_none());
+}
+
+#[tokio::test]
+async fn forms_without_the_sessions_csrf_token_are_refused() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let operator = Operator::sign_in(&app).await;
+    let top_ups = format!("/console/accounts/{}/top-ups", customer.account_id);
+    let missing = operator.post(&top_ups, &[("calls", "100")]).await;
+    assert_eq!(missing.status(), 403);
+    assert!(missing.text().await.unwrap().contains("Forbidden"));
+    let forged = operator
+        .post(
+            &top_ups,
+            &[("csrf", "0".repeat(64).as_str()), ("calls", "100")],
+        )
+        .await;
+    assert_eq!(forged.status(), 403);
+    // Another session's token is no better.
+    let other = Operator::sign_in(&app).await;
+    let theirs = other.csrf().await;
+    let crossed = operator
+        .post(&top_ups, &[("csrf", theirs.as_str()), ("calls", "100")])
+        .await;
+    assert_eq!(crossed.status(), 403);
+    let subscribe = operator
+        .post(
+            &format!("/console/accounts/{}/subscriptions", customer.account_id),
+            &[
+                ("csrf", "forged"),
+                ("plan", "pro"),
+                ("monthly_allowance", "9"),
+            ],
+        )
+        .await;
+    assert_eq!(subscribe.status(), 403);
+    let sign_out = operator
+        .post("/console/sign-out", &[("csrf", "forged")])
+        .await;
+    assert_eq!(sign_out.status(), 403);
+    // Nothing changed, and the session still works.
+    let usage = app.usage_of(customer.account_id).await;
+    assert_eq!(
+        (usage["credits"].as_i64(), usage["plan"].as_str()),
+        (Some(0), Some("free"))
+    );
+    assert_eq!(operator.get("/console/").await.status(), 200);
+
+    // The sign-in form is bound to its own cookie.
+    let client = manual_client();
+    let res = client
+        .post(app.url("/console/sign-in"))
+        .form(&[("csrf", "forged"), ("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    assert!(set_cookie(&res, "tollgate_console").is_none());
+}
+
+#[tokio::test]
+async fn a_form_with_bad_figures_shows_why_on_the_account_page_and_a_good_one_redirects() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let operator = Operator::sign_in(&app).await;
+    let csrf = operator.csrf().await;
+    let account = format!("/console/accounts/{}", customer.account_id);
+    let bad = operator
+        .post(
+            &format!("{account}/top-ups"),
+            &[("csrf", &csrf), ("calls", "lots")],
+        )
+        .await;
+    assert_eq!(bad.status(), 422);
+    let page = bad.text().await.unwrap();
+    assert!(page.contains("Units: give a whole number"), "{page}");
+    assert!(
+        page.contains(r#"value="lots""#),
+        "the form keeps what was typed"
+    );
+    let free = operator
+        .post(
+            &format!("{account}/subscriptions"),
+            &[
+                ("csrf", &csrf),
+                ("plan", "free"),
+                ("monthly_allowance", "5"),
+            ],
+        )
+        .await;
+    assert_eq!(free.status(), 422);
+    assert!(free.text().await.unwrap().contains("reserved"));
+
+    let good = operator
+        .post(
+            &format!("{account}/subscriptions"),
+            &[
+                ("csrf", &csrf),
+                ("plan", "pro"),
+                ("monthly_allowance", "50,000"),
+                ("enforcement", "hard"),
+            ],
+        )
+        .await;
+    assert_eq!(good.status(), 303);
+    assert_eq!(good.headers()[LOCATION], account.as_str());
+    let usage = app.usage_of(customer.account_id).await;
+    assert_eq!(
+        (usage["plan"].as_str(), usage["allowance"].as_i64()),
+        (Some("pro"), Some(50_000))
+    );
+    assert_eq!(usage["enforcement"], "hard");
+    // The message shows once.
+    let shown = operator.get(&account).await.text().await.unwrap();
+    assert!(
+        shown.contains("Subscription ") && shown.contains(" added: pro, 50,000 units a month.")
+    );
+    let again = operator.get(&account).await.text().await.unwrap();
+    assert!(!again.contains(" added: pro"));
+    assert_eq!(operator.get("/console/accounts/999999").await.status(), 404);
+    assert_eq!(operator.get("/console/accounts/abc").await.status(), 404);
+}
+
+#[tokio::test]
+async fn console_answers_carry_the_security_headers() {
+    let app = spawn_app().await;
+    let operator = Operator::sign_in(&app).await;
+    for res in [
+        operator.get("/console/").await,
+        operator.get("/console/accounts").await,
+        manual_client()
+            .get(app.url("/console/sign-in"))
+            .send()
+            .await
+            .unwrap(),
+        manual_client()
+            .get(app.url("/console/"))
+            .send()
+            .await
+            .unwrap(),
+    ] {
+        let url = res.url().clone();
+        let headers = res.headers();
+        let policy = headers["content-security-policy"].to_str().unwrap();
+        assert!(
+            policy.contains("default-src 'none'") && policy.contains("style-src 'self'"),
+            "{url}: {policy}"
+        );
+        assert!(policy.contains("frame-ancestors 'none'"), "{url}");
+        assert_eq!(headers["x-frame-options"], "DENY", "{url}");
+        assert_eq!(headers["referrer-policy"], "no-referrer", "{url}");
+        assert_eq!(headers["cache-control"], "no-store", "{url}");
+    }
+    let css = operator.get("/console/console.css").await;
+    assert_eq!(css.status(), 200);
+    assert!(
+        css.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/css")
+    );
+}
+
+#[tokio::test]
+async fn the_overview_counts_the_exhausted_accounts_and_ranks_the_busiest() {
+    let app = spawn_app().await;
+    let spent = app.signup().await;
+    let credited = app.signup().await;
+    let idle = app.signup().await;
+    for customer in [&spent, &credited] {
+        let res = app
+            .admin_post(
+                &format!("/admin/v1/accounts/{}/subscriptions", customer.account_id),
+                &serde_json::json!({"plan": "tiny", "monthly_allowance": 2}),
+            )
+            .await;
+        assert_eq!(res.status(), 201);
+    }
+    let res = app
+        .admin_post(
+            &format!("/admin/v1/accounts/{}/grants", credited.account_id),
+            &serde_json::json!({"calls": 5, "expires_at": null}),
+        )
+        .await;
+    assert_eq!(res.status(), 201);
+    for (customer, calls) in [(&spent, 2), (&credited, 3), (&idle, 1)] {
+        for _ in 0..calls {
+            assert_eq!(
+                app.call("/vedic/v1/x", &customer.api_key).await.status(),
+                200
+            );
+        }
+        app.wait_for_ledger(customer.account_id, calls).await;
+    }
+    let operator = Operator::sign_in(&app).await;
+    let page = operator.get("/console/").await.text().await.unwrap();
+    let exhausted =
+        &page[page.find(r#"id="exhausted""#).unwrap()..page.find(r#"id="top""#).unwrap()];
+    assert!(
+        exhausted.contains(&format!(r#"data-account="{}""#, spent.account_id)),
+        "{exhausted}"
+    );
+    assert!(!exhausted.contains(&format!(r#"data-account="{}""#, credited.account_id)));
+    assert!(
+        page.contains(r#"<dd id="exhausted-count">1</dd>"#),
+        "{page}"
+    );
+    assert!(page.contains(r#"<dd id="calls-month">6</dd>"#), "{page}");
+    // The busiest first.
+    let top = &page[page.find(r#"id="top""#).unwrap()..];
+    let order: Vec<usize> = [&credited, &spent, &idle]
+        .iter()
+        .map(|c| {
+            top.find(&format!(r#"data-account="{}""#, c.account_id))
+                .unwrap()
+        })
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{top}");
+
+    let list = operator
+        .get("/console/accounts?exhausted=on")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(list.matches("data-account=").count(), 1, "{list}");
+    assert!(list.contains(&format!(r#"data-account="{}""#, spent.account_id)));
+}
