@@ -6,9 +6,11 @@
 mod app;
 mod db;
 mod http;
+mod process;
 mod wait;
 
 pub use app::*;
 pub use db::*;
 pub use http::*;
+pub use process::*;
 pub use wait::*;

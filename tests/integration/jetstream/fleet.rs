@@ -6,13 +6,13 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{TestStream, free_port, load};
-use crate::common::{ADMIN_TOKEN, SHARED_SECRET, TestDb, eventually};
+use crate::common::{ADMIN_TOKEN, SHARED_SECRET, TestDb, eventually, spawn_tollgate};
 use serde_json::{Value, json};
 use tollgate_testkit::upstream::UpstreamServer;
 use uuid::Uuid;
@@ -27,21 +27,7 @@ struct Process {
 impl Process {
     fn spawn(name: &str, command: &str, env: &[(String, String)], logs: &Path) -> Self {
         let log = logs.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .arg(command)
-            .env_clear()
-            .env(
-                "TOLLGATE_CONFIG_DIR",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
-            )
-            .env("RUST_LOG", "info,sqlx=warn")
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("the tollgate binary starts");
+        let child = spawn_tollgate(command, env, &log);
         Self {
             name: name.into(),
             child,

@@ -2,7 +2,7 @@
 //! and `tollgate worker` delivers what it accounts from the JetStream stream.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use tollgate_testkit::upstream::UpstreamServer;
 
 use super::*;
-use crate::common::{ADMIN_TOKEN, SHARED_SECRET, TestDb, client, spawn_replica, test_config};
+use crate::common::{
+    ADMIN_TOKEN, SHARED_SECRET, TestDb, client, spawn_replica, spawn_tollgate, test_config,
+};
 use crate::jetstream::{TestStream, free_port};
 
 /// One `tollgate` process, killed (SIGKILL) when dropped.
@@ -22,21 +24,7 @@ impl Tollgate {
     /// Starts `tollgate <command>` with `env` and waits until `ready` answers 200.
     async fn start(command: &str, env: &[(String, String)], ready: &str, logs: &Path) -> Self {
         let log_path = logs.join(format!("{command}.log"));
-        let log = std::fs::File::create(&log_path).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .arg(command)
-            .env_clear()
-            .env(
-                "TOLLGATE_CONFIG_DIR",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/config"),
-            )
-            .env("RUST_LOG", "info,sqlx=warn")
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the tollgate binary starts");
+        let child = spawn_tollgate(command, env, &log_path);
         let up = eventually(Duration::from_secs(30), || async {
             client()
                 .get(ready)
