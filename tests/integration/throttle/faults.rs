@@ -21,10 +21,10 @@ async fn exhausted_account_is_still_admitted(app: &TestApp) -> Customer {
     let usage = app.usage_of(account).await;
     assert_eq!(usage["exhausted"], true);
     assert_eq!(usage["used"], FREE_CALLS + 200);
-    assert!(
-        app.state.throttler.stats().fail_open > 0,
-        "the failure was not counted"
-    );
+    // A timed-out write is counted when its timeout fires, which may be after the ledger
+    // caught up.
+    let counted = eventually(WAIT, || async { app.state.throttler.stats().fail_open > 0 }).await;
+    assert!(counted, "the failure was not counted");
     customer
 }
 
