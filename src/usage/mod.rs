@@ -11,6 +11,7 @@ pub mod event;
 pub mod grants;
 pub mod jetstream;
 pub mod ledger;
+mod ledger_sql;
 pub mod listener;
 pub mod quota;
 pub mod reconcile;

@@ -1,0 +1,180 @@
+//! The statements one accounting transaction runs (see `ledger.rs`): ledger rows,
+//! monthly and daily counters, reservation settling and credit spending.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::event::UsageEvent;
+use crate::month::{Day, Month};
+
+pub(super) async fn insert_ledger_rows(
+    conn: &mut sqlx::PgConnection,
+    events: &[&UsageEvent],
+    subscription_of: &HashMap<Uuid, Option<i64>>,
+) -> Result<HashSet<Uuid>, sqlx::Error> {
+    let n = events.len();
+    let (
+        mut ids,
+        mut accounts,
+        mut subs,
+        mut keys,
+        mut times,
+        mut methods,
+        mut routes,
+        mut statuses,
+        mut costs,
+    ) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for e in events {
+        ids.push(e.transaction_id);
+        accounts.push(e.account_id);
+        subs.push(subscription_of.get(&e.transaction_id).copied().flatten());
+        keys.push(e.key_id);
+        times.push(e.occurred_at);
+        methods.push(e.method.as_str());
+        routes.push(e.route.as_str());
+        statuses.push(e.upstream_status as i16);
+        costs.push(e.cost);
+    }
+    let inserted: Vec<Uuid> = sqlx::query_scalar(
+        "INSERT INTO subscription_tracking
+             (transaction_id, account_id, subscription_id, key_id, occurred_at, method, route,
+              upstream_status, cost)
+         SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[],
+                              $5::timestamptz[], $6::text[], $7::text[], $8::smallint[],
+                              $9::bigint[])
+         ON CONFLICT (transaction_id) DO NOTHING
+         RETURNING transaction_id",
+    )
+    .bind(ids)
+    .bind(accounts)
+    .bind(subs)
+    .bind(keys)
+    .bind(times)
+    .bind(methods)
+    .bind(routes)
+    .bind(statuses)
+    .bind(costs)
+    .fetch_all(conn)
+    .await?;
+    Ok(inserted.into_iter().collect())
+}
+
+/// Adds the inserted rows to the counters; returns the new `used` of each pair.
+pub(super) async fn bump_counters(
+    conn: &mut sqlx::PgConnection,
+    per_month: &BTreeMap<(i64, Month), i64>,
+) -> Result<HashMap<(i64, Month), i64>, sqlx::Error> {
+    if per_month.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let accounts: Vec<i64> = per_month.keys().map(|(a, _)| *a).collect();
+    let months: Vec<DateTime<Utc>> = per_month.keys().map(|(_, m)| m.start()).collect();
+    let counts: Vec<i64> = per_month.values().copied().collect();
+    let rows: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(
+        "INSERT INTO usage_counter (account_id, month_start, used)
+         SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[])
+         ON CONFLICT (account_id, month_start) DO UPDATE SET used = usage_counter.used + EXCLUDED.used
+         RETURNING account_id, month_start, used",
+    )
+    .bind(accounts)
+    .bind(months)
+    .bind(counts)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(account, start, used)| ((account, Month::containing(start)), used))
+        .collect())
+}
+
+/// Adds the inserted rows to the per-day counters; returns the new `used` of each pair.
+pub(super) async fn bump_daily(
+    conn: &mut sqlx::PgConnection,
+    per_day: &BTreeMap<(i64, Day), (i64, i64)>,
+) -> Result<HashMap<(i64, Day), i64>, sqlx::Error> {
+    if per_day.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let accounts: Vec<i64> = per_day.keys().map(|(a, _)| *a).collect();
+    let days: Vec<DateTime<Utc>> = per_day.keys().map(|(_, d)| d.start()).collect();
+    let calls: Vec<i64> = per_day.values().map(|(c, _)| *c).collect();
+    let units: Vec<i64> = per_day.values().map(|(_, u)| *u).collect();
+    let rows: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(
+        "INSERT INTO usage_daily (account_id, day_start, calls, used)
+         SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
+         ON CONFLICT (account_id, day_start) DO UPDATE
+             SET calls = usage_daily.calls + EXCLUDED.calls, used = usage_daily.used + EXCLUDED.used
+         RETURNING account_id, day_start, used",
+    )
+    .bind(accounts)
+    .bind(days)
+    .bind(calls)
+    .bind(units)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(account, start, used)| ((account, Day::containing(start)), used))
+        .collect())
+}
+
+/// Moves units of hard plans from "reserved by a replica" to "accounted".
+pub(super) async fn settle_reservations(
+    conn: &mut sqlx::PgConnection,
+    reserved: &BTreeMap<(i64, Day, Uuid), i64>,
+) -> Result<(), sqlx::Error> {
+    if reserved.is_empty() {
+        return Ok(());
+    }
+    let accounts: Vec<i64> = reserved.keys().map(|(a, _, _)| *a).collect();
+    let days: Vec<DateTime<Utc>> = reserved.keys().map(|(_, d, _)| d.start()).collect();
+    let replicas: Vec<Uuid> = reserved.keys().map(|(_, _, r)| *r).collect();
+    let units: Vec<i64> = reserved.values().copied().collect();
+    sqlx::query(
+        "UPDATE quota_reservation r SET accounted = r.accounted + u.units
+         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::uuid[], $4::bigint[])
+             AS u(account_id, day_start, replica, units)
+         WHERE r.account_id = u.account_id AND r.day_start = u.day_start
+           AND r.replica = u.replica",
+    )
+    .bind(accounts)
+    .bind(days)
+    .bind(replicas)
+    .bind(units)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Takes spent units off their top-up grants.
+pub(super) async fn spend(
+    conn: &mut sqlx::PgConnection,
+    spent: &[(i64, i64)],
+) -> Result<(), sqlx::Error> {
+    if spent.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = spent.iter().map(|(id, _)| *id).collect();
+    let units: Vec<i64> = spent.iter().map(|(_, u)| *u).collect();
+    sqlx::query(
+        "UPDATE credit_grant g SET remaining = g.remaining - s.units
+         FROM UNNEST($1::bigint[], $2::bigint[]) AS s(id, units) WHERE g.id = s.id",
+    )
+    .bind(ids)
+    .bind(units)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
