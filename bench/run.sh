@@ -60,19 +60,14 @@ FULL_METRICS=$((BASE + 13))
 FULLJS_METRICS=$((BASE + 14))
 ADMIN_TOKEN=bench-admin-token
 
-is_number "$RATE_DIVISOR" || {
-    echo "[bench] error: BENCH_RATE_DIVISOR must be a positive number, got '$RATE_DIVISOR'" >&2
-    exit 1
-}
-[ -z "$PG_BASELINE_US" ] || is_number "$PG_BASELINE_US" || {
-    echo "[bench] error: BENCH_PG_BASELINE_US must be a positive number, got '$PG_BASELINE_US'" >&2
-    exit 1
-}
 say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() {
     say "error: $*"
     exit 1
 }
+is_number "$RATE_DIVISOR" || die "BENCH_RATE_DIVISOR must be a positive number, got '$RATE_DIVISOR'"
+[ -z "$PG_BASELINE_US" ] || is_number "$PG_BASELINE_US" ||
+    die "BENCH_PG_BASELINE_US must be a positive number, got '$PG_BASELINE_US'"
 
 # --- tools --------------------------------------------------------------------------
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
