@@ -378,8 +378,8 @@ JSON
 # Answers of one loadgen output that came from the upstream (not 401, 429, 502-504,
 # which the gateway answers itself), warmup and drain included: the calls to meter.
 upstream_answers() {
-    grep -o '"total_by_status":{[^}]*}' "$1" | grep -o '"[0-9]*":[0-9]*' | tr -d '"' |
-        awk -F: '$1 !~ /^(401|429|502|503|504)$/ { s += $2 } END { printf "%d\n", s }'
+    { grep -o '"total_by_status":{[^}]*}' "$1" || true; } | { grep -o '"[0-9]*":[0-9]*' || true; } |
+        tr -d '"' | awk -F: '$1 !~ /^(401|429|502|503|504)$/ { s += $2 } END { printf "%d\n", s }'
 }
 
 ledger_rows() { psql_db "$1" -At -c "SELECT count(*) FROM subscription_tracking"; }
