@@ -5,10 +5,12 @@
 # latter twice: usage events through the in-process queue, and through NATS JetStream
 # (a nats-server of the run's own, the gateway publishing and consuming), all
 # driven by the same load generator (examples/loadgen.rs): closed loop at fixed
-# concurrency, then a fixed rate of half nginx's closed-loop maximum, each in
-# BENCH_ROUNDS interleaved rounds (each target's median round counts). Prints one table
-# and writes the figures as JSON under bench/results/. Installs nginx and nats-server
-# when missing, cleans up every process it started.
+# concurrency, then a fixed rate of 1/BENCH_RATE_DIVISOR of nginx's closed-loop maximum,
+# each in BENCH_ROUNDS interleaved rounds (each target's median round counts). Samples
+# the CPU time of every target's processes over each measured window, and PostgreSQL's
+# over each run until the ledger holds its calls, from /proc. Prints one table, the
+# targets' checks, and writes the figures as JSON under bench/results/. Installs nginx and
+# nats-server when missing, cleans up every process it started.
 #
 #   bench/run.sh                       3 rounds of 10 s per phase and target
 #   BENCH_ROUNDS=1 BENCH_DURATION=1 BENCH_WARMUP=0.5 BENCH_RESULTS=/tmp bench/run.sh   smoke run
@@ -21,7 +23,12 @@
 # BENCH_RESULTS (folder of the JSON, default bench/results), BENCH_KEEP=1 keeps the
 # run folder (logs, raw figures) after success, BENCH_DB_PARAMS (query string of the
 # gateways' database.url, default sslmode=disable: PostgreSQL is on loopback, where TLS
-# only costs CPU; set it empty to measure sqlx's default, TLS when the server offers it).
+# only costs CPU; set it empty to measure sqlx's default, TLS when the server offers it),
+# BENCH_RATE_DIVISOR (the fixed rate is nginx's closed-loop req/s over this, default 3),
+# BENCH_TOLLGATE (a prebuilt tollgate binary to run instead of building this tree's, e.g.
+# main's, to compare two builds back to back; the examples are still built here),
+# BENCH_PG_BASELINE_US (PostgreSQL µs of CPU per accounted call to compare with, e.g.
+# an earlier run's figure: the check says whether this run halved it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +42,10 @@ BASE=${BENCH_PORT_BASE:-19100}
 RESULTS=${BENCH_RESULTS:-bench/results}
 DB_PARAMS=${BENCH_DB_PARAMS-sslmode=disable}
 DB_QUERY=${DB_PARAMS:+?$DB_PARAMS}
+RATE_DIVISOR=${BENCH_RATE_DIVISOR:-3}
+PG_BASELINE_US=${BENCH_PG_BASELINE_US:-}
 FREE_CALLS=3000
+is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]] && awk -v v="$1" 'BEGIN { exit !(v > 0) }'; }
 STARTED_AT=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
 UPSTREAM_PORT=$BASE
@@ -55,6 +65,9 @@ die() {
     say "error: $*"
     exit 1
 }
+is_number "$RATE_DIVISOR" || die "BENCH_RATE_DIVISOR must be a positive number, got '$RATE_DIVISOR'"
+[ -z "$PG_BASELINE_US" ] || is_number "$PG_BASELINE_US" ||
+    die "BENCH_PG_BASELINE_US must be a positive number, got '$PG_BASELINE_US'"
 
 # --- tools --------------------------------------------------------------------------
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
@@ -73,6 +86,8 @@ if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; t
 fi
 NATS_SERVER=$(command -v nats-server || echo /usr/sbin/nats-server)
 command -v curl >/dev/null 2>&1 || die "curl is missing"
+[ -r /proc/self/stat ] || die "/proc is missing: CPU time cannot be sampled"
+CLK_TCK=$(getconf CLK_TCK 2>/dev/null) || die "getconf CLK_TCK failed"
 
 # shellcheck source=scripts/ensure-postgres.sh
 source scripts/ensure-postgres.sh
@@ -88,10 +103,19 @@ psql_db() {
 }
 psql_full() { psql_db "$DB_FULL" "$@"; }
 
-say "building release binaries"
-cargo build --release --locked --quiet --bin tollgate --examples
-BIN=target/release
-EX=target/release/examples
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+if [ -n "${BENCH_TOLLGATE:-}" ]; then
+    [ -f "$BENCH_TOLLGATE" ] && [ -x "$BENCH_TOLLGATE" ] ||
+        die "BENCH_TOLLGATE=$BENCH_TOLLGATE is not an executable file"
+    TOLLGATE=$(cd "$(dirname "$BENCH_TOLLGATE")" && pwd)/$(basename "$BENCH_TOLLGATE")
+    say "building the release examples (tollgate itself: $TOLLGATE)"
+    cargo build --release --locked --quiet --examples
+else
+    say "building release binaries"
+    cargo build --release --locked --quiet --bin tollgate --examples
+    TOLLGATE=$TARGET_DIR/release/tollgate
+fi
+EX=$TARGET_DIR/release/examples
 
 # --- processes ----------------------------------------------------------------------
 RUN=$(mktemp -d /tmp/tollgate-bench.XXXXXX)
@@ -141,6 +165,7 @@ done
 say "starting the demo upstream on 127.0.0.1:$UPSTREAM_PORT"
 "$EX/demo_upstream" "127.0.0.1:$UPSTREAM_PORT" >"$RUN/upstream.log" 2>&1 &
 PIDS+=($!)
+UPSTREAM_PID=$!
 wait_http "http://127.0.0.1:$UPSTREAM_PORT/vedic/v1/ping" $! "$RUN/upstream.log"
 
 say "starting nginx on 127.0.0.1:$NGINX_PORT"
@@ -177,6 +202,7 @@ http {
 CONF
 "$NGINX" -p "$RUN/nginx" -c "$RUN/nginx/nginx.conf" -g 'daemon off;' >"$RUN/nginx/logs/stdout.log" 2>&1 &
 PIDS+=($!)
+NGINX_PID=$! # the master: its CPU samples take in its workers
 wait_http "http://127.0.0.1:$NGINX_PORT/vedic/v1/ping" $! "$RUN/nginx/logs/error.log"
 
 say "starting the fake Cloudflare KV on 127.0.0.1:$KV_PORT"
@@ -194,6 +220,7 @@ KV_API_BASE=$(head -n1 "$RUN/kv.out")
 say "starting nats-server -js on 127.0.0.1:$NATS_PORT"
 "$NATS_SERVER" -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$RUN/nats" -l "$RUN/nats.log" &
 PIDS+=($!)
+NATS_PID=$!
 for _ in $(seq 1 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$NATS_PORT") 2>/dev/null && break
     sleep 0.1
@@ -206,7 +233,7 @@ done
 export TOLLGATE__UPSTREAM__BASE_URL="http://127.0.0.1:$UPSTREAM_PORT"
 export TOLLGATE__UPSTREAM__SHARED_SECRET=bench-shared-secret
 export TOLLGATE__ADMIN__TOKEN=$ADMIN_TOKEN
-TOLLGATE__DATABASE__URL="postgres://postgres@127.0.0.1:$PGPORT/$DB_FULL$DB_QUERY" "$BIN/tollgate" migrate >"$RUN/migrate-full.log"
+TOLLGATE__DATABASE__URL="postgres://postgres@127.0.0.1:$PGPORT/$DB_FULL$DB_QUERY" "$TOLLGATE" migrate >"$RUN/migrate-full.log"
 
 say "seeding $ACCOUNTS accounts with keys ($EXHAUSTED exhausted this month) into $DB_FULL"
 KEYS=$RUN/keys.txt
@@ -251,8 +278,9 @@ start_gateway() {
         TOLLGATE__SERVER__LISTEN="127.0.0.1:$port" \
         TOLLGATE__SERVER__METRICS_LISTEN="127.0.0.1:$metrics" \
         TOLLGATE__DATABASE__URL="postgres://postgres@127.0.0.1:$PGPORT/$db$DB_QUERY" \
-        "$BIN/tollgate" serve >"$RUN/gateway-$name.log" 2>&1 &
+        "$TOLLGATE" serve >"$RUN/gateway-$name.log" 2>&1 &
     PIDS+=($!)
+    printf -v "GATEWAY_PID_$name" %s $!
     wait_http "http://127.0.0.1:$port/readyz" $! "$RUN/gateway-$name.log"
 }
 
@@ -297,15 +325,33 @@ done
 # The probe call above was metered too (by each full mode): the ledger check counts it.
 PROBES=1
 
+# PostgreSQL's CPU time is that of its postmaster and every process under it: found from
+# postmaster.pid in the data directory, else as the parent of a gateway's pooled backend.
+PG_DATA=$(psql_admin -At -c "SHOW data_directory")
+PG_POSTMASTER=$(head -n1 "$PG_DATA/postmaster.pid" 2>/dev/null || true)
+if [ -z "$PG_POSTMASTER" ]; then
+    backend=$(psql_admin -At -c "SELECT pid FROM pg_stat_activity
+        WHERE datname = '$DB_FULL' AND backend_type = 'client backend' LIMIT 1")
+    PG_POSTMASTER=$(awk '{ sub(/.*\) /, ""); print $2 }' "/proc/$backend/stat" 2>/dev/null || true)
+fi
+case "$(cat "/proc/${PG_POSTMASTER:-none}/comm" 2>/dev/null)" in
+postgres | postmaster) ;;
+*) die "PostgreSQL's postmaster is not a process of this host (pid '${PG_POSTMASTER:-}'): its CPU cannot be sampled" ;;
+esac
+"$EX/cpu_sample" --clk-tck "$CLK_TCK" "$PG_POSTMASTER" >/dev/null ||
+    die "cannot read PostgreSQL's CPU time from /proc/$PG_POSTMASTER"
+say "PostgreSQL: postmaster $PG_POSTMASTER ($PG_DATA)"
+
 # --- load ---------------------------------------------------------------------------
 metric_sum() {
     curl -fsS "http://127.0.0.1:$1/metrics" |
         awk -v name="$2" '$1 == name || index($1, name "{") == 1 { s += $2 } END { printf "%d\n", s }'
 }
 
-# After a full-mode phase: scrape the counters, then time how long the ledger takes to
-# hold every published event (bounded by 120 s). Ledger rows are counted above the seed.
-# Over JetStream "published" is what the proxy queued, "acked" what the stream took.
+# After a full-mode phase: scrape the counters and count the ledger, once it holds every
+# published event (bounded by 120 s; drive already waited after each run, so this is a
+# check). Ledger rows are counted above the seed. Over JetStream "published" is what the
+# proxy queued, "acked" what the stream took. The report's lag is each run's, from drive.
 account_phase() {
     local phase=$1 target=$2 metrics=$3 db=$4 start published ledger lag now deadline
     start=$(date +%s.%N)
@@ -329,13 +375,76 @@ JSON
     say "$target after $phase: published $published, ledger $ledger, lag ${lag}s"
 }
 
+# Answers of one loadgen output that came from the upstream (not 401, 429, 502-504,
+# which the gateway answers itself), warmup and drain included: the calls to meter.
+upstream_answers() {
+    { grep -o '"total_by_status":{[^}]*}' "$1" || true; } | { grep -o '"[0-9]*":[0-9]*' || true; } |
+        tr -d '"' | awk -F: '$1 !~ /^(401|429|502|503|504)$/ { s += $2 } END { printf "%d\n", s }'
+}
+
+ledger_rows() { psql_db "$1" -At -c "SELECT count(*) FROM subscription_tracking"; }
+
+# The processes whose CPU time loadgen samples over the measured window, by target: the
+# target itself (nginx: its master and workers), and beside it the upstream every proxy
+# calls, the KV server of the full modes and, over JetStream, nats-server.
+cpu_args() {
+    local up="--cpu upstream=$UPSTREAM_PID" kv="--cpu kv=$KV_PID"
+    case $1 in
+    upstream) echo "--cpu target=$UPSTREAM_PID" ;;
+    nginx) echo "--cpu target=$NGINX_PID $up" ;;
+    local) echo "--cpu target=$GATEWAY_PID_local $up" ;;
+    full) echo "--cpu target=$GATEWAY_PID_full $up $kv" ;;
+    fulljs) echo "--cpu target=$GATEWAY_PID_fulljs --cpu nats=$NATS_PID $up $kv" ;;
+    esac
+}
+
+# One run of the load generator against one target. PostgreSQL's CPU time is sampled
+# before the run starts (warmup included: its calls are metered too) and, for a full
+# mode, once the ledger holds every call of the run, told by the gateway's own
+# accounted counter (counting the ledger itself would cost PostgreSQL CPU in the window;
+# the ledger is counted just outside it). For the other targets the window ends with the
+# run: their PostgreSQL time should be ~0.
 drive() {
-    local phase=$1 target=$2 port=$3 round=$4
+    local phase=$1 target=$2 port=$3 round=$4 metrics="" db="" ledger0=0 ledger1=0
+    local accounted0=0 accounted calls pg0 pg1 t0 t1 t2 lag deadline
     shift 4
+    case $target in
+    full) metrics=$FULL_METRICS db=$DB_FULL ;;
+    fulljs) metrics=$FULLJS_METRICS db=$DB_FULLJS ;;
+    esac
     say "$phase: $target (round $round of $ROUNDS)"
+    if [ -n "$db" ]; then
+        ledger0=$(ledger_rows "$db")
+        accounted0=$(metric_sum "$metrics" tollgate_usage_events_accounted_total)
+    fi
+    local out=$RUN/$phase-$target.round$round.json
+    t0=$(date +%s.%N)
+    pg0=$("$EX/cpu_sample" --clk-tck "$CLK_TCK" "$PG_POSTMASTER")
+    # shellcheck disable=SC2046 # cpu_args yields separate words on purpose
     "$EX/loadgen" --url "http://127.0.0.1:$port" --keys "$KEYS" \
         --concurrency "$CONCURRENCY" --duration "$DURATION" --warmup "$WARMUP" \
-        --label "$target" "$@" >"$RUN/$phase-$target.round$round.json"
+        --clk-tck "$CLK_TCK" $(cpu_args "$target") \
+        --label "$target" "$@" >"$out" || die "loadgen failed against $target (see above)"
+    t1=$(date +%s.%N)
+    calls=$(upstream_answers "$out")
+    if [ -n "$db" ]; then
+        deadline=$((SECONDS + 120))
+        while :; do
+            accounted=$(metric_sum "$metrics" tollgate_usage_events_accounted_total)
+            [ $((accounted - accounted0)) -ge "$calls" ] && break
+            [ "$SECONDS" -ge "$deadline" ] && { say "$target: the ledger did not catch up within 120 s"; break; }
+            sleep 0.01
+        done
+    fi
+    pg1=$("$EX/cpu_sample" --clk-tck "$CLK_TCK" "$PG_POSTMASTER")
+    t2=$(date +%s.%N)
+    [ -n "$db" ] && ledger1=$(ledger_rows "$db")
+    lag=$(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.3f", b - a }')
+    cat >"$RUN/pg-$phase-$target.round$round.json" <<JSON
+{"start": $pg0, "end": $pg1, "window_s": $(awk -v a="$t0" -v b="$t2" 'BEGIN { printf "%.3f", b - a }'),
+ "calls": $calls, "rows": $((ledger1 - ledger0)), "metered": $([ -n "$db" ] && echo true || echo false),
+ "lag_s": $([ -n "$db" ] && echo "$lag" || echo null)}
+JSON
 }
 
 rps_of() { grep -o '"rps":[0-9.e+-]*' "$1" | head -n1 | cut -d: -f2; }
@@ -363,7 +472,7 @@ account_phase closed full "$FULL_METRICS" "$DB_FULL"
 account_phase closed fulljs "$FULLJS_METRICS" "$DB_FULLJS"
 
 NGINX_RPS=$(rps_of "$RUN/closed-nginx.json")
-RATE=$(awk -v r="$NGINX_RPS" 'BEGIN { printf "%d", r / 2 }')
+RATE=$(awk -v r="$NGINX_RPS" -v d="$RATE_DIVISOR" 'BEGIN { printf "%d", r / d }')
 [ "$RATE" -gt 0 ] || die "nginx measured no throughput"
 for round in $(seq 1 "$ROUNDS"); do
     for target in $TARGETS; do
@@ -385,9 +494,12 @@ cat >"$RUN/machine.json" <<JSON
  "started_at": "$STARTED_AT",
  "duration_s": $DURATION, "warmup_s": $WARMUP, "rounds": $ROUNDS, "concurrency": $CONCURRENCY,
  "accounts": $ACCOUNTS, "exhausted_accounts": $EXHAUSTED, "fixed_rate": $RATE,
+ "rate_divisor": $RATE_DIVISOR, "clk_tck": $CLK_TCK,
+ "tollgate_binary": "$TOLLGATE", "tollgate_sha256": "$(sha256sum "$TOLLGATE" | cut -c1-16)",
+ "pg_baseline_us": ${PG_BASELINE_US:-null},
  "database_url_params": "$DB_PARAMS",
  "reconcile": $RECONCILED}
 JSON
 mkdir -p "$RESULTS"
 OUT=$RESULTS/$(date -u +%Y%m%dT%H%M%SZ).json
-"$EX/bench_report" --run-dir "$RUN" --out "$OUT"
+"$EX/bench_report" --run-dir "$RUN" --out "$OUT" ${PG_BASELINE_US:+--pg-baseline-us "$PG_BASELINE_US"}

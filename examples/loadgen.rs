@@ -15,6 +15,11 @@
 //! the in-flight ones read after the deadline included, counts in `total_by_status`
 //! (the benchmark compares that with the ledger). Prints one JSON object.
 //!
+//! With `--cpu NAME=PID[,PID...]` (repeatable) it also samples the CPU time of those
+//! process trees, and its own, from `/proc` at the start and at the end of the measured
+//! window (not the warmup), and reports them under `cpu` with `window_answers`, the
+//! answers that arrived inside that window: their quotient is CPU time per call.
+//!
 //! `cargo run --release --example loadgen -- --url http://127.0.0.1:9000 --keys keys.txt \
 //!    --concurrency 64 --duration 10 [--rate 5000] [--warmup 2]`
 
@@ -33,6 +38,9 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::net::TcpStream;
+
+#[path = "support/proc_cpu.rs"]
+mod proc_cpu;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -71,6 +79,13 @@ struct Args {
     /// A name copied into the output.
     #[arg(long, default_value = "")]
     label: String,
+    /// A process tree whose CPU time to sample over the measured window:
+    /// `NAME=PID[,PID...]` (the PIDs' descendants count too). Repeatable.
+    #[arg(long = "cpu", value_parser = proc_cpu::parse_group)]
+    cpu: Vec<(String, Vec<u32>)>,
+    /// Clock ticks per second of `/proc/<pid>/stat` (`getconf CLK_TCK`).
+    #[arg(long, default_value_t = 100.0)]
+    clk_tck: f64,
 }
 
 /// What one connection saw.
@@ -80,6 +95,8 @@ struct Tally {
     by_status: BTreeMap<u16, u64>,
     measured_by_status: BTreeMap<u16, u64>,
     errors: u64,
+    /// Answers that arrived inside the measured window.
+    window_answers: u64,
     /// When the last measured answer arrived.
     last_done: Option<Instant>,
 }
@@ -92,6 +109,7 @@ impl Tally {
             by_status: BTreeMap::new(),
             measured_by_status: BTreeMap::new(),
             errors: 0,
+            window_answers: 0,
             last_done: None,
         }
     }
@@ -198,6 +216,9 @@ async fn connection(plan: Arc<Plan>, index: usize) -> Tally {
         match outcome {
             Ok(Ok(status)) => {
                 *tally.by_status.entry(status).or_default() += 1;
+                if done >= plan.measure_from && done < plan.deadline {
+                    tally.window_answers += 1;
+                }
                 if intended >= plan.measure_from {
                     let micros = done.duration_since(from).as_micros().max(1) as u64;
                     tally.hist.saturating_record(micros);
@@ -257,6 +278,31 @@ fn main() -> anyhow::Result<()> {
         start,
         concurrency: args.concurrency,
     });
+    // CPU samples on a thread of their own, at the window's edges, whatever the load does.
+    let groups = args.cpu.clone();
+    let clk_tck = args.clk_tck;
+    let sampler = std::thread::spawn(move || -> anyhow::Result<serde_json::Value> {
+        let sample = || -> anyhow::Result<Vec<proc_cpu::Ticks>> {
+            let mut all = vec![proc_cpu::tree(&[std::process::id()])?];
+            for (name, pids) in &groups {
+                all.push(proc_cpu::tree(pids).map_err(|e| anyhow::anyhow!("--cpu {name}: {e}"))?);
+            }
+            Ok(all)
+        };
+        std::thread::sleep(measure_from.saturating_duration_since(Instant::now()));
+        let (from, first) = (Instant::now(), sample()?);
+        std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+        let (to, last) = (Instant::now(), sample()?);
+        let names = std::iter::once("loadgen").chain(groups.iter().map(|(n, _)| n.as_str()));
+        let processes: serde_json::Map<_, _> = names
+            .zip(last.iter().zip(&first))
+            .map(|(name, (l, f))| (name.to_owned(), l.since(*f, clk_tck)))
+            .collect();
+        Ok(json!({
+            "window_s": to.duration_since(from).as_secs_f64(),
+            "processes": processes,
+        }))
+    });
     let tallies = runtime.block_on(async {
         let tasks: Vec<_> = (0..args.concurrency)
             .map(|i| tokio::spawn(connection(plan.clone(), i)))
@@ -273,6 +319,7 @@ fn main() -> anyhow::Result<()> {
         all.hist.add(&t.hist).expect("same bounds");
         all.measured += t.measured;
         all.errors += t.errors;
+        all.window_answers += t.window_answers;
         all.last_done = all.last_done.max(t.last_done);
         for (s, n) in t.by_status {
             *all.by_status.entry(s).or_default() += n;
@@ -295,6 +342,9 @@ fn main() -> anyhow::Result<()> {
             .map(|(s, n)| (s.to_string(), json!(n)))
             .collect::<serde_json::Map<_, _>>()
     };
+    let cpu = sampler
+        .join()
+        .map_err(|_| anyhow::anyhow!("the CPU sampler panicked"))??;
     let out = json!({
         "label": args.label,
         "mode": if args.rate.is_some() { "rate" } else { "closed" },
@@ -311,6 +361,8 @@ fn main() -> anyhow::Result<()> {
         "by_status": statuses(&all.measured_by_status),
         "total_by_status": statuses(&all.by_status),
         "errors": all.errors,
+        "window_answers": all.window_answers,
+        "cpu": cpu,
     });
     println!("{out}");
     Ok(())
