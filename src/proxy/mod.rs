@@ -19,6 +19,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{Method, Response, Version};
 use axum::response::IntoResponse;
 use chrono::Utc;
+use metrics::Histogram;
 
 use crate::auth::api_key::authenticate_key;
 use crate::auth::refusal::{Refusal, refused};
@@ -26,7 +27,7 @@ use crate::error::ApiError;
 use crate::request_id::RequestId;
 use crate::server::body::RequestBodyError;
 use crate::state::AppState;
-use crate::telemetry::RateLimitedLog;
+use crate::telemetry::{RateLimitedLog, Registered};
 use crate::usage::quota::Verdict;
 use crate::usage::{Standing, UsageEvent};
 
@@ -150,7 +151,9 @@ async fn forward(
     let started = Instant::now();
     let result =
         tokio::time::timeout(upstream.timeout, upstream.client.request(upstream_request)).await;
-    metrics::histogram!("tollgate_upstream_duration_seconds")
+    static UPSTREAM_DURATION: Registered<Histogram> = Registered::new();
+    UPSTREAM_DURATION
+        .get(|| metrics::histogram!("tollgate_upstream_duration_seconds"))
         .record(started.elapsed().as_secs_f64());
     let upstream_response = match result {
         Err(_) => {
