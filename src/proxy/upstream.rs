@@ -115,11 +115,11 @@ impl Origin {
                 PathAndQuery::try_from(format!("{}{tail}", self.path))?
             }
         };
-        Ok(Uri::builder()
+        Uri::builder()
             .scheme(self.scheme.clone())
             .authority(self.authority.clone())
             .path_and_query(path_and_query)
-            .build()?)
+            .build()
     }
 
     /// `None` when `base` is anything but `scheme://authority[/path]`.
