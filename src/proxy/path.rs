@@ -37,6 +37,13 @@ const DECODE_ROUNDS: usize = 3;
 
 /// Whether `path` stays inside its prefix on every decoding.
 pub fn is_contained(path: &str) -> bool {
+    // Without a dot there is no dot segment, without `%` nothing decodes: one scan.
+    if !path
+        .bytes()
+        .any(|b| matches!(b, b'.' | b'%' | b'\\' | b'\0'))
+    {
+        return true;
+    }
     let mut current = Cow::Borrowed(path);
     for _ in 0..=DECODE_ROUNDS {
         if has_escape_segments(&current) {
