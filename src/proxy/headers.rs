@@ -40,6 +40,13 @@ static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection"
 
 /// Removes hop-by-hop headers, including those listed in `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Usually there is none: one look at each name beats nine removals.
+    let any = headers
+        .keys()
+        .any(|name| HOP_BY_HOP.contains(name) || *name == PROXY_CONNECTION);
+    if !any {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         for name in connection_named(headers) {
             headers.remove(name);
