@@ -4,6 +4,7 @@
 //! facade, rendered on the metrics listener only. [`RateLimitedLog`] keeps a failing
 //! dependency from turning every request into a log line.
 
+use std::borrow::Cow;
 use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -120,6 +121,40 @@ pub fn prometheus() -> PrometheusHandle {
             handle
         })
         .clone()
+}
+
+/// Whether the Prometheus recorder is installed (metric handles taken now are live).
+pub fn recorder_installed() -> bool {
+    PROMETHEUS.get().is_some()
+}
+
+/// A metric handle registered once, for a hot path: `metrics::counter!` and friends
+/// look the series up by name and labels (building and hashing its key) on every use.
+/// Nothing is kept before the Prometheus recorder is installed, since a handle taken
+/// earlier would record nowhere for good.
+pub struct Registered<T>(OnceLock<T>);
+
+impl<T: Clone> Registered<T> {
+    pub const fn new() -> Self {
+        Self(OnceLock::new())
+    }
+
+    /// The handle, registered by `register` the first time.
+    pub fn get(&'static self, register: impl FnOnce() -> T) -> Cow<'static, T> {
+        if let Some(handle) = self.0.get() {
+            return Cow::Borrowed(handle);
+        }
+        if PROMETHEUS.get().is_none() {
+            return Cow::Owned(register());
+        }
+        Cow::Borrowed(self.0.get_or_init(register))
+    }
+}
+
+impl<T: Clone> Default for Registered<T> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Lets one log line through per interval and counts the ones it held back.

@@ -3,14 +3,15 @@
 //! Every request gets a fresh [`RequestId`], whatever the client sent; it names the
 //! span and is returned as `X-Request-Id` on every response.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{LazyLock, OnceLock, RwLock};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
-use metrics::SharedString;
+use metrics::{Counter, Histogram, SharedString};
 use tracing::Instrument;
 
 use crate::proxy::path::route_label as proxied_route;
@@ -19,29 +20,36 @@ use crate::request_id::{RequestId, X_REQUEST_ID};
 // Labels are `'static` where they can be: the metrics registry then neither allocates
 // nor copies them on every request.
 
-fn route_label(request: &Request) -> SharedString {
+/// The route label: the matched route's, else a `'static` one (a proxied prefix's, or
+/// `unmatched`), which is returned as such too.
+fn route_label(request: &Request) -> (SharedString, Option<&'static str>) {
     if let Some(matched) = request.extensions().get::<MatchedPath>() {
-        return SharedString::from(matched.as_str().to_owned());
+        return (SharedString::from(matched.as_str().to_owned()), None);
     }
-    SharedString::const_str(proxied_route(request.uri().path()).unwrap_or("unmatched"))
+    let label = proxied_route(request.uri().path()).unwrap_or("unmatched");
+    (SharedString::const_str(label), Some(label))
 }
 
-fn method_label(method: &Method) -> SharedString {
-    let known = [
-        Method::GET,
-        Method::POST,
-        Method::PUT,
-        Method::DELETE,
-        Method::PATCH,
-        Method::HEAD,
-        Method::OPTIONS,
-    ];
-    const NAMES: [&str; 7] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"];
-    match known.iter().position(|m| m == method) {
-        Some(i) => SharedString::const_str(NAMES[i]),
-        // Methods a client invents share one label, so series stay few.
-        None => SharedString::const_str("OTHER"),
-    }
+const METHODS: [Method; 7] = [
+    Method::GET,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::PATCH,
+    Method::HEAD,
+    Method::OPTIONS,
+];
+const METHOD_NAMES: [&str; 8] = [
+    "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", // known methods
+    "OTHER",   // methods a client invents share one label, so series stay few
+];
+
+/// The index of a method's label in [`METHOD_NAMES`].
+fn method_index(method: &Method) -> usize {
+    METHODS
+        .iter()
+        .position(|m| m == method)
+        .unwrap_or(METHODS.len())
 }
 
 fn status_label(status: StatusCode) -> SharedString {
@@ -50,10 +58,54 @@ fn status_label(status: StatusCode) -> SharedString {
     SharedString::const_str(&labels[usize::from(status.as_u16()) - 100])
 }
 
+/// A request's series: its count by route, method and status, its duration by route.
+#[derive(Clone)]
+struct Series {
+    requests: Counter,
+    duration: Histogram,
+}
+
+impl Series {
+    fn register(route: SharedString, method: usize, status: StatusCode) -> Self {
+        Self {
+            requests: metrics::counter!("tollgate_http_requests_total",
+                "route" => route.clone(),
+                "method" => SharedString::const_str(METHOD_NAMES[method]),
+                "status" => status_label(status)),
+            duration: metrics::histogram!("tollgate_http_request_duration_seconds", "route" => route),
+        }
+    }
+
+    /// The series of a request, registered once per `'static` route (the proxied
+    /// prefixes, where nearly every request goes), method and status.
+    fn of(
+        route: &SharedString,
+        name: Option<&'static str>,
+        method: usize,
+        status: StatusCode,
+    ) -> Self {
+        type Key = (usize, usize, u16);
+        static KNOWN: LazyLock<RwLock<HashMap<Key, Series>>> = LazyLock::new(Default::default);
+        let Some(name) = name else {
+            return Self::register(route.clone(), method, status);
+        };
+        let key = (name.as_ptr() as usize, method, status.as_u16());
+        if let Some(series) = KNOWN.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return series.clone();
+        }
+        let series = Self::register(route.clone(), method, status);
+        if crate::telemetry::recorder_installed() {
+            let mut known = KNOWN.write().unwrap_or_else(|e| e.into_inner());
+            known.insert(key, series.clone());
+        }
+        series
+    }
+}
+
 pub async fn observe(mut request: Request, next: Next) -> Response {
     let id = RequestId::generate();
     request.extensions_mut().insert(id);
-    let route = route_label(&request);
+    let (route, static_route) = route_label(&request);
     let method = request.method().clone();
     let span = tracing::info_span!(
         "request",
@@ -70,17 +122,18 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         .insert(X_REQUEST_ID.clone(), id.header_value());
 
     let elapsed = started.elapsed();
-    span.in_scope(|| {
-        tracing::debug!(
-            status = status.as_u16(),
-            latency_ms = elapsed.as_secs_f64() * 1000.0,
-            "request finished"
-        );
-    });
-    metrics::counter!("tollgate_http_requests_total",
-        "route" => route.clone(), "method" => method_label(&method), "status" => status_label(status))
-    .increment(1);
-    metrics::histogram!("tollgate_http_request_duration_seconds", "route" => route)
-        .record(elapsed.as_secs_f64());
+    // Entering the span costs even when the line is filtered out: ask first.
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        span.in_scope(|| {
+            tracing::debug!(
+                status = status.as_u16(),
+                latency_ms = elapsed.as_secs_f64() * 1000.0,
+                "request finished"
+            );
+        });
+    }
+    let series = Series::of(&route, static_route, method_index(&method), status);
+    series.requests.increment(1);
+    series.duration.record(elapsed.as_secs_f64());
     response
 }

@@ -19,6 +19,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{Method, Response, Version};
 use axum::response::IntoResponse;
 use chrono::Utc;
+use metrics::Histogram;
 
 use crate::auth::api_key::authenticate_key;
 use crate::auth::refusal::{Refusal, refused};
@@ -26,7 +27,7 @@ use crate::error::ApiError;
 use crate::request_id::RequestId;
 use crate::server::body::RequestBodyError;
 use crate::state::AppState;
-use crate::telemetry::RateLimitedLog;
+use crate::telemetry::{RateLimitedLog, Registered};
 use crate::usage::quota::Verdict;
 use crate::usage::{Standing, UsageEvent};
 
@@ -130,27 +131,29 @@ async fn forward(
 
     let peer = peer_of(state, &request);
     let (parts, body) = request.into_parts();
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map_or(parts.uri.path(), |pq| pq.as_str());
-    let uri = upstream.uri(path_and_query)?;
+    let uri = upstream.uri(&parts.uri)?;
     let method = parts.method;
     let mut upstream_request = axum::http::Request::new(body);
     *upstream_request.method_mut() = method.clone();
     *upstream_request.uri_mut() = uri;
-    *upstream_request.headers_mut() = headers::upstream_request_headers(
+    let mut headers = headers::upstream_request_headers(
         parts.headers,
         &upstream.key_header,
         upstream.shared_secret.as_ref(),
         &request_id.header_value(),
         peer,
     );
+    if let Some(host) = upstream.host() {
+        headers.insert(axum::http::header::HOST, host.clone());
+    }
+    *upstream_request.headers_mut() = headers;
 
     let started = Instant::now();
     let result =
         tokio::time::timeout(upstream.timeout, upstream.client.request(upstream_request)).await;
-    metrics::histogram!("tollgate_upstream_duration_seconds")
+    static UPSTREAM_DURATION: Registered<Histogram> = Registered::new();
+    UPSTREAM_DURATION
+        .get(|| metrics::histogram!("tollgate_upstream_duration_seconds"))
         .record(started.elapsed().as_secs_f64());
     let upstream_response = match result {
         Err(_) => {
@@ -187,7 +190,7 @@ async fn forward(
             key_id: principal.key_id,
             occurred_at: now,
             method,
-            route: parts.uri.path().chars().take(MAX_ROUTE_CHARS).collect(),
+            route: route_of(parts.uri.path()),
             upstream_status: response.status.as_u16(),
             cost,
             reserved_by,
@@ -198,6 +201,18 @@ async fn forward(
     response.version = Version::HTTP_11;
     response.extensions = Default::default();
     Ok(Response::from_parts(response, Body::new(body)))
+}
+
+/// The route kept in a ledger row: the path, cut to [`MAX_ROUTE_CHARS`] characters.
+fn route_of(path: &str) -> String {
+    // No more bytes than the limit, so no more characters either.
+    if path.len() <= MAX_ROUTE_CHARS {
+        return path.to_owned();
+    }
+    match path.char_indices().nth(MAX_ROUTE_CHARS) {
+        Some((end, _)) => path[..end].to_owned(),
+        None => path.to_owned(),
+    }
 }
 
 /// Counts and logs (rate-limited: any client can cause it) a request body the

@@ -4,6 +4,8 @@
 //! segments, so a path is judged on every decoding of it: if any of them holds a `.`
 //! or `..` segment, a backslash or a NUL, it is refused before anything is forwarded.
 
+use std::borrow::Cow;
+
 use percent_encoding::percent_decode_str;
 
 /// The proxied API prefixes (SPEC §3.1), each with the route label it has in logs and
@@ -35,20 +37,29 @@ const DECODE_ROUNDS: usize = 3;
 
 /// Whether `path` stays inside its prefix on every decoding.
 pub fn is_contained(path: &str) -> bool {
-    let mut current = path.to_owned();
+    // Without a dot there is no dot segment, without `%` nothing decodes: one scan.
+    if !path
+        .bytes()
+        .any(|b| matches!(b, b'.' | b'%' | b'\\' | b'\0'))
+    {
+        return true;
+    }
+    let mut current = Cow::Borrowed(path);
     for _ in 0..=DECODE_ROUNDS {
         if has_escape_segments(&current) {
             return false;
         }
         let decoded = match percent_decode_str(&current).decode_utf8() {
-            Ok(d) => d.into_owned(),
+            // Nothing to decode (no allocation either): the path is what it says.
+            Ok(Cow::Borrowed(_)) => return true,
+            Ok(Cow::Owned(d)) => d,
             // Bytes that are not UTF-8 cannot name a segment we forward.
             Err(_) => return false,
         };
-        if decoded == current {
+        if decoded == *current {
             return true;
         }
-        current = decoded;
+        current = Cow::Owned(decoded);
     }
     // Still changing after several decodings: refuse rather than guess.
     false

@@ -8,6 +8,7 @@
 //! ```
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use crate::month::{Day, Month, seconds_until};
@@ -18,34 +19,50 @@ pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// The two header values for `standing` at `now`.
 pub fn values(standing: &Standing, now: DateTime<Utc>) -> (String, String) {
+    let (policy, current) = write(standing, now);
+    (
+        String::from_utf8(policy).expect("ASCII"),
+        String::from_utf8(current).expect("ASCII"),
+    )
+}
+
+/// Both values as bytes, numbers written with `itoa` (no formatting machinery).
+fn write(standing: &Standing, now: DateTime<Utc>) -> (Vec<u8>, Vec<u8>) {
     let (month, day) = (Month::containing(now), Day::containing(now));
     let month_seconds = (month.end() - month.start()).num_seconds();
-    let mut policy = format!(
-        "\"monthly\";q={};w={month_seconds}",
-        standing.allowance.saturating_add(standing.credits)
+    let mut numbers = itoa::Buffer::new();
+    let mut policy = Vec::with_capacity(64);
+    let mut current = Vec::with_capacity(64);
+    policy.extend_from_slice(b"\"monthly\";q=");
+    policy.extend_from_slice(
+        numbers
+            .format(standing.allowance.saturating_add(standing.credits))
+            .as_bytes(),
     );
-    let mut current = format!(
-        "\"monthly\";r={};t={}",
-        standing.remaining(),
-        seconds_until(month.end(), now)
-    );
+    policy.extend_from_slice(b";w=");
+    policy.extend_from_slice(numbers.format(month_seconds).as_bytes());
+    current.extend_from_slice(b"\"monthly\";r=");
+    current.extend_from_slice(numbers.format(standing.remaining()).as_bytes());
+    current.extend_from_slice(b";t=");
+    current.extend_from_slice(numbers.format(seconds_until(month.end(), now)).as_bytes());
     if let Some(daily) = standing.daily {
-        policy.push_str(&format!(", \"daily\";q={};w=86400", daily.allowance));
-        current.push_str(&format!(
-            ", \"daily\";r={};t={}",
-            daily.remaining(),
-            seconds_until(day.end(), now)
-        ));
+        policy.extend_from_slice(b", \"daily\";q=");
+        policy.extend_from_slice(numbers.format(daily.allowance).as_bytes());
+        policy.extend_from_slice(b";w=86400");
+        current.extend_from_slice(b", \"daily\";r=");
+        current.extend_from_slice(numbers.format(daily.remaining()).as_bytes());
+        current.extend_from_slice(b";t=");
+        current.extend_from_slice(numbers.format(seconds_until(day.end(), now)).as_bytes());
     }
     (policy, current)
 }
 
 /// Sets both headers on a response.
 pub fn apply(headers: &mut HeaderMap, standing: &Standing, now: DateTime<Utc>) {
-    let (policy, current) = values(standing, now);
+    let (policy, current) = write(standing, now);
     if let (Ok(policy), Ok(current)) = (
-        HeaderValue::try_from(policy),
-        HeaderValue::try_from(current),
+        HeaderValue::from_maybe_shared(Bytes::from(policy)),
+        HeaderValue::from_maybe_shared(Bytes::from(current)),
     ) {
         headers.insert(RATELIMIT_POLICY.clone(), policy);
         headers.insert(RATELIMIT.clone(), current);

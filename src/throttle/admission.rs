@@ -37,6 +37,9 @@ pub enum Admission {
 }
 
 impl Admission {
+    /// How many outcomes there are.
+    pub(super) const COUNT: usize = 5;
+
     pub fn admitted(self) -> bool {
         self != Admission::Throttled
     }

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
+use metrics::Counter;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -39,7 +40,7 @@ pub use store::{MarkerStore, marker_key};
 use view::{Lookup, MarkerView};
 
 use crate::month::{Day, Month};
-use crate::telemetry::RateLimitedLog;
+use crate::telemetry::{RateLimitedLog, Registered};
 
 /// Counters a test or an operator can read without scraping metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -123,7 +124,11 @@ impl Throttler {
                 }
             }
         };
-        metrics::counter!("tollgate_admission_total", "outcome" => decision.label()).increment(1);
+        static OUTCOMES: [Registered<Counter>; Admission::COUNT] =
+            [const { Registered::new() }; Admission::COUNT];
+        OUTCOMES[decision as usize]
+            .get(|| metrics::counter!("tollgate_admission_total", "outcome" => decision.label()))
+            .increment(1);
         decision
     }
 

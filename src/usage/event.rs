@@ -10,11 +10,12 @@
 //! other.
 
 use chrono::{DateTime, Utc};
+use metrics::{Counter, Gauge};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::telemetry::RateLimitedLog;
+use crate::telemetry::{RateLimitedLog, Registered};
 
 /// One completed upstream call, to be accounted once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,7 +148,10 @@ impl UsagePublisher {
         }
         match outcome {
             PublishOutcome::Queued => {
-                metrics::counter!("tollgate_usage_events_published_total").increment(1)
+                static PUBLISHED: Registered<Counter> = Registered::new();
+                PUBLISHED
+                    .get(|| metrics::counter!("tollgate_usage_events_published_total"))
+                    .increment(1)
             }
             PublishOutcome::DroppedFull => {
                 metrics::counter!("tollgate_usage_events_dropped_total", "reason" => "queue_full")
@@ -159,7 +163,10 @@ impl UsagePublisher {
             }
             PublishOutcome::Disabled => {}
         }
-        metrics::gauge!("tollgate_usage_queue_depth").set(self.depth() as f64);
+        static DEPTH: Registered<Gauge> = Registered::new();
+        DEPTH
+            .get(|| metrics::gauge!("tollgate_usage_queue_depth"))
+            .set(self.depth() as f64);
         outcome
     }
 }

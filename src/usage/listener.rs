@@ -112,9 +112,11 @@ impl Accountant {
     /// Accounts `batch` as up to `lanes` concurrent transactions over disjoint sets of
     /// accounts (by account id), which never wait for each other's row locks. Returns
     /// the events set aside, as [`account_resilient`](Self::account_resilient) does.
+    /// The batch is reordered by lane in place (a stable sort: each account's events
+    /// keep their order), so no event is copied.
     pub(crate) async fn account_in_lanes(
         &self,
-        batch: &[UsageEvent],
+        batch: &mut [UsageEvent],
         lanes: usize,
         set_aside: &SetAside,
     ) -> Vec<Deferred> {
@@ -122,14 +124,10 @@ impl Accountant {
         if lanes == 1 {
             return self.account_resilient(batch, set_aside).await;
         }
-        let mut split: Vec<Vec<UsageEvent>> = vec![Vec::new(); lanes];
-        for event in batch {
-            let lane = event.account_id.rem_euclid(lanes as i64) as usize;
-            split[lane].push(event.clone());
-        }
-        let work = split
-            .iter()
-            .filter(|lane| !lane.is_empty())
+        let lane_of = |event: &UsageEvent| event.account_id.rem_euclid(lanes as i64) as usize;
+        batch.sort_by_key(lane_of);
+        let work = batch
+            .chunk_by(|a, b| lane_of(a) == lane_of(b))
             .map(|lane| self.account_resilient(lane, set_aside));
         let deferred = futures_util::future::join_all(work).await;
         deferred.into_iter().flatten().collect()
@@ -316,8 +314,9 @@ pub async fn run(
         let (accountant, stop, set_aside) = (accountant.clone(), stop.clone(), set_aside.clone());
         let lanes = settings.account_lanes;
         in_flight.spawn(async move {
+            let mut batch = batch;
             let accounting =
-                AssertUnwindSafe(accountant.account_in_lanes(&batch, lanes, &set_aside));
+                AssertUnwindSafe(accountant.account_in_lanes(&mut batch, lanes, &set_aside));
             tokio::select! {
                 done = accounting.catch_unwind() => {
                     if done.is_err() {

@@ -249,10 +249,10 @@ async fn account_batch(
     acks: Acks,
     ack_wait: Duration,
 ) {
-    let (events, deliveries): (Vec<UsageEvent>, Vec<Delivery>) =
+    let (mut events, deliveries): (Vec<UsageEvent>, Vec<Delivery>) =
         batch.into_iter().map(|p| (p.event, p.delivery)).unzip();
-    let accounting =
-        AssertUnwindSafe(accountant.account_in_lanes(&events, lanes, &set_aside)).catch_unwind();
+    let accounting = AssertUnwindSafe(accountant.account_in_lanes(&mut events, lanes, &set_aside))
+        .catch_unwind();
     let deferred = match keep_alive(&acks, &deliveries, ack_wait, accounting).await {
         Ok(deferred) => deferred,
         Err(_) => {
