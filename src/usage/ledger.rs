@@ -210,12 +210,15 @@ impl Accountant {
             .into_iter()
             .collect();
 
-        let mut tx = self.db.begin().await?;
         // A lock held elsewhere (a long transaction, a stuck session) must not stall
         // accounting: the wait is bounded, and past it the caller skips the busy rows.
-        sqlx::query("SELECT set_config('lock_timeout', $1, true)")
-            .bind(format!("{}ms", self.lock_timeout.as_millis()))
-            .execute(&mut *tx)
+        // The bound travels with BEGIN, in the same round trip.
+        let mut tx = self
+            .db
+            .begin_with(format!(
+                "BEGIN; SET LOCAL lock_timeout = '{}ms'",
+                self.lock_timeout.as_millis()
+            ))
             .await?;
         let lock_sql = match locks {
             Locks::Wait => "SELECT id FROM account WHERE id = ANY($1) ORDER BY id FOR UPDATE",
