@@ -71,7 +71,12 @@ async fn a_redelivered_event_is_recorded_once() {
     let (id, _) = customer_since(&db.pool, "2026-11-01T00:00:00Z").await;
     let now = at("2026-11-20T10:00:00Z");
     let e = event(id, now);
-    assert_eq!(account(&db.pool, &[e.clone()], now).await.accounted, 1);
+    assert_eq!(
+        account(&db.pool, std::slice::from_ref(&e), now)
+            .await
+            .accounted,
+        1
+    );
     let outcome = account(&db.pool, &[e.clone(), e], now).await;
     assert_eq!((outcome.accounted, outcome.duplicates), (0, 2));
     assert_eq!(counter_and_ledger(&db.pool, id, "2026-11").await, (1, 1));
