@@ -36,8 +36,8 @@
 -- the old table instead. The run reads the old table three times (its newest row, the new
 -- primary key's build, ATTACH's check of the range) under an ACCESS EXCLUSIVE lock on it,
 -- which blocks the ledger's reads and writes until commit, and holds `account` against
--- writes (signups, deletions) as long. Measured on 10 million rows (2.1 GB): 12 s, of
--- which 8.7 s build the index. A CHECK constraint added NOT VALID then validated would
+-- writes (signups, deletions) as long. Measured on 10 million rows (2.1 GB): 8 s on a
+-- quiet machine, 12 s on a busy one (of which 8.7 s built the index). A CHECK constraint added NOT VALID then validated would
 -- let ATTACH skip its scan, but in one transaction it costs the same scan (1.5 s either
 -- way), so ATTACH checks. Stop every process of the previous version that accounts
 -- usage before running this: its insert names the unique key dropped here
