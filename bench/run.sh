@@ -255,6 +255,7 @@ SELECT id, 'free', $MONTH, $FREE_CALLS FROM account;
 INSERT INTO monthly_usage (account_id, subscription_id, month_start, allowance, is_free)
 SELECT account_id, id, $MONTH, $FREE_CALLS, true FROM subscription;
 -- The first accounts used their whole month: ledger rows and counters agree.
+SELECT subscription_tracking_add_month($MONTH) \g /dev/null
 INSERT INTO subscription_tracking (transaction_id, account_id, subscription_id, key_id,
                                    occurred_at, method, route, upstream_status)
 SELECT gen_random_uuid(), s.account_id, s.id, k.id, $MONTH + interval '1 second', 'GET',

@@ -2,7 +2,8 @@
 //!
 //! [`Gateway::build`] starts the throttler worker, the usage pipeline (the listener, or
 //! the JetStream publisher and consumer), the threshold webhooks' delivery (where usage
-//! is accounted), the key cache's listener and the reconciliation schedule;
+//! is accounted) and the ledger's monthly partitions there, the key cache's listener and
+//! the reconciliation schedule;
 //! [`Gateway::run`] serves the public and metrics listeners until shutdown, then drains
 //! in order: stop accepting and finish in-flight calls (bounded), drain the usage queue
 //! (bounded), stop the rest. [`Worker`] is the
@@ -145,6 +146,10 @@ impl Gateway {
                 &db,
                 stop_background.clone(),
             ));
+            background.push(tokio::spawn(usage::partitions::keep_ahead(
+                db.clone(),
+                stop_background.clone(),
+            )));
         }
 
         if config.throttle.enabled && config.usage_check.enabled {
@@ -293,6 +298,10 @@ impl Worker {
             &db,
             stop_background.clone(),
         ));
+        background.push(tokio::spawn(usage::partitions::keep_ahead(
+            db.clone(),
+            stop_background.clone(),
+        )));
         if config.throttle.enabled {
             background.push(tokio::spawn(reconcile_schedule(
                 db.clone(),

@@ -41,6 +41,8 @@ FROM subscription s, bench_month m;
 INSERT INTO credit_grant (account_id, calls, remaining, expires_at)
 SELECT id, 1000, 1000, NULL FROM account WHERE id % 50 = 25;
 
+SELECT subscription_tracking_add_month(start) FROM bench_month \g /dev/null
+
 INSERT INTO subscription_tracking
     (transaction_id, account_id, key_id, occurred_at, method, route, upstream_status, cost)
 SELECT gen_random_uuid(),

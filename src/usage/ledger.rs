@@ -26,6 +26,7 @@ use super::grants::{
 use super::ledger_sql::{
     bump_counters, bump_daily, insert_ledger_rows, settle_reservations, spend,
 };
+use super::partitions::{Partitions, is_missing_partition};
 use super::quota::QuotaView;
 use super::report::load_credits;
 use super::rules::{
@@ -88,6 +89,7 @@ pub struct Accountant {
     known: KnownSnapshots,
     lock_timeout: Duration,
     quota: QuotaView,
+    partitions: Partitions,
     /// `notify.thresholds`, ascending, when threshold webhooks are on.
     thresholds: Option<Arc<[u8]>>,
 }
@@ -95,6 +97,7 @@ pub struct Accountant {
 impl Accountant {
     pub fn new(db: PgPool, free_monthly_calls: i64, enabled: bool, throttler: Throttler) -> Self {
         Self {
+            partitions: Partitions::new(db.clone()),
             db,
             free_monthly_calls,
             enabled,
@@ -154,8 +157,32 @@ impl Accountant {
     }
 
     /// `now`: the instant the standings are judged at; `None` for when the locks are held.
+    /// The ledger partitions of the events' months are made first when this process has
+    /// not seen them yet, and once more should the insert still find one missing.
     #[tracing::instrument(skip_all, fields(events = events.len()))]
     async fn account_as_of(
+        &self,
+        events: &[UsageEvent],
+        now: Option<DateTime<Utc>>,
+        locks: Locks,
+    ) -> Result<BatchOutcome, sqlx::Error> {
+        if !self.enabled {
+            return self.account_batch(events, now, locks).await;
+        }
+        let months = || events.iter().map(|e| Month::containing(e.occurred_at));
+        self.partitions.ensure(months()).await?;
+        match self.account_batch(events, now, locks).await {
+            Err(e) if is_missing_partition(&e) => {
+                tracing::warn!("a ledger partition went missing; making it again");
+                self.partitions.forget(months());
+                self.partitions.ensure(months()).await?;
+                self.account_batch(events, now, locks).await
+            }
+            outcome => outcome,
+        }
+    }
+
+    async fn account_batch(
         &self,
         events: &[UsageEvent],
         now: Option<DateTime<Utc>>,
@@ -183,12 +210,15 @@ impl Accountant {
             .into_iter()
             .collect();
 
-        let mut tx = self.db.begin().await?;
         // A lock held elsewhere (a long transaction, a stuck session) must not stall
         // accounting: the wait is bounded, and past it the caller skips the busy rows.
-        sqlx::query("SELECT set_config('lock_timeout', $1, true)")
-            .bind(format!("{}ms", self.lock_timeout.as_millis()))
-            .execute(&mut *tx)
+        // The bound travels with BEGIN, in the same round trip.
+        let mut tx = self
+            .db
+            .begin_with(format!(
+                "BEGIN; SET LOCAL lock_timeout = '{}ms'",
+                self.lock_timeout.as_millis()
+            ))
             .await?;
         let lock_sql = match locks {
             Locks::Wait => "SELECT id FROM account WHERE id = ANY($1) ORDER BY id FOR UPDATE",

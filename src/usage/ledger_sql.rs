@@ -54,7 +54,7 @@ pub(super) async fn insert_ledger_rows(
          SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[],
                               $5::timestamptz[], $6::text[], $7::text[], $8::smallint[],
                               $9::bigint[])
-         ON CONFLICT (transaction_id) DO NOTHING
+         ON CONFLICT (account_id, occurred_at, transaction_id) DO NOTHING
          RETURNING transaction_id",
     )
     .bind(ids)

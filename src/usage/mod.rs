@@ -13,6 +13,7 @@ pub mod jetstream;
 pub mod ledger;
 mod ledger_sql;
 pub mod listener;
+pub mod partitions;
 pub mod quota;
 pub mod reconcile;
 pub mod report;

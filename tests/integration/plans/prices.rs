@@ -84,20 +84,20 @@ async fn credit_pays_once_the_allowance_is_used_up_and_only_once() {
     assert_eq!(usage["credits"], 1);
     assert_eq!(usage["remaining"], 1);
 
-    // A redelivered event spends nothing.
+    // A redelivered event (the same transaction, account and time) spends nothing.
     let accountant = app.accountant.clone().expect("metering on");
-    let ledger: Vec<uuid::Uuid> = sqlx::query_scalar(
-        "SELECT transaction_id FROM subscription_tracking WHERE account_id = $1",
+    let ledger: Vec<(uuid::Uuid, chrono::DateTime<Utc>)> = sqlx::query_as(
+        "SELECT transaction_id, occurred_at FROM subscription_tracking WHERE account_id = $1",
     )
     .bind(customer.account_id)
     .fetch_all(&app.db.pool)
     .await
     .unwrap();
     let again = tollgate::usage::UsageEvent {
-        transaction_id: ledger[3],
+        transaction_id: ledger[3].0,
         account_id: customer.account_id,
         key_id: customer.key_id,
-        occurred_at: Utc::now(),
+        occurred_at: ledger[3].1,
         method: axum::http::Method::GET,
         route: DAILY.into(),
         upstream_status: 200,

@@ -42,6 +42,9 @@ async fn local_mode_keeps_usage_history_readable() {
     let app = spawn_app_with(local_mode).await;
     let customer = app.signup().await;
     let (id, pool) = (customer.account_id, &app.db.pool);
+    // Rows inserted by hand need their month's partition first.
+    let partition = "SELECT subscription_tracking_add_month('2026-10-01T00:00Z')";
+    sqlx::query(partition).execute(pool).await.unwrap();
     let sql = "INSERT INTO subscription_tracking
                    (transaction_id, account_id, occurred_at, method, route, upstream_status)
                SELECT gen_random_uuid(), $1, '2026-10-01T00:00Z'::timestamptz + n * interval '1h',

@@ -12,6 +12,7 @@ mod faults;
 mod listener;
 mod local;
 mod month_edges;
+mod partitions;
 mod queue;
 mod subscriptions;
 
