@@ -26,8 +26,10 @@
 -- * Partitions are made by `subscription_tracking_add_month(timestamptz)`. Every process
 --   that accounts usage creates the current and next month's partitions at startup and
 --   hourly, and an event whose month has none (e.g. a late event for a month an operator
---   detached) gets one made on demand, so no event is refused. An INSERT by hand into a
---   month without a partition fails: call the function first.
+--   detached) gets one made on demand, so no event is refused. A row inserted by hand
+--   into a month without a partition lands in the DEFAULT partition
+--   `subscription_tracking_default`, and moves to its month's partition when that is
+--   made.
 --
 -- Every existing row is kept and none is rewritten: the old table, without its `id`
 -- column and its two indexes, is attached as the partition `subscription_tracking_legacy`
@@ -95,6 +97,8 @@ DECLARE
     found_rel oid;
     attached boolean;
     attempt int := 1;
+    lo timestamptz := month_start AT TIME ZONE 'UTC';
+    hi timestamptz := (month_start + interval '1 month') AT TIME ZONE 'UTC';
 BEGIN
     FOR look IN 1..40 LOOP
         name := CASE WHEN attempt = 1 THEN base ELSE base || '_' || attempt END;
@@ -112,16 +116,29 @@ BEGIN
             -- Creators wait for each other; the loser finds the winner's partition.
             PERFORM pg_advisory_xact_lock(hashtext('subscription_tracking_add_month'));
             BEGIN
-                EXECUTE format(
-                    'CREATE TABLE %I PARTITION OF subscription_tracking FOR VALUES FROM (%L) TO (%L)',
-                    name, month_start AT TIME ZONE 'UTC',
-                    (month_start + interval '1 month') AT TIME ZONE 'UTC');
+                IF EXISTS (SELECT 1 FROM subscription_tracking_default
+                           WHERE occurred_at >= lo AND occurred_at < hi) THEN
+                    -- Rows of this month wait in the default partition (inserted by hand):
+                    -- they move into the month's own table, which is then attached.
+                    EXECUTE format('CREATE TABLE %I (LIKE subscription_tracking
+                                        INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', name);
+                    EXECUTE format('WITH moved AS (DELETE FROM subscription_tracking_default
+                                                   WHERE occurred_at >= %L AND occurred_at < %L
+                                                   RETURNING *)
+                                    INSERT INTO %I SELECT * FROM moved', lo, hi, name);
+                    EXECUTE format('ALTER TABLE subscription_tracking ATTACH PARTITION %I
+                                        FOR VALUES FROM (%L) TO (%L)', name, lo, hi);
+                ELSE
+                    EXECUTE format('CREATE TABLE %I PARTITION OF subscription_tracking
+                                        FOR VALUES FROM (%L) TO (%L)', name, lo, hi);
+                END IF;
                 RETURN name;
             EXCEPTION
                 -- "would overlap partition ...": another partition covers the month.
                 WHEN invalid_object_definition THEN RETURN NULL;
-                -- Made meanwhile by another session: look at it again.
-                WHEN duplicate_table OR unique_violation THEN NULL;
+                -- Made meanwhile by another session, or a row of the month reached the
+                -- default partition meanwhile: look again.
+                WHEN duplicate_table OR unique_violation OR check_violation THEN NULL;
             END;
         ELSIF attached THEN
             RETURN name;
@@ -152,6 +169,13 @@ BEGIN
     EXECUTE format('ALTER TABLE subscription_tracking ATTACH PARTITION subscription_tracking_legacy
                         FOR VALUES FROM (MINVALUE) TO (%L)', upper_bound);
 END $$;
+
+-- Rows of a month that has no partition of its own (inserted by hand, or a late event for
+-- a month an operator detached) are kept here rather than refused. The gateway makes
+-- each month's partition before it accounts that month, so in use this stays empty;
+-- `subscription_tracking_add_month` moves any rows it holds for a month into that
+-- month's new partition.
+CREATE TABLE subscription_tracking_default PARTITION OF subscription_tracking DEFAULT;
 
 SELECT subscription_tracking_add_month(now());
 SELECT subscription_tracking_add_month(

@@ -6,9 +6,9 @@
 //! event whose month still has none (a late event for a month an operator detached, a
 //! clock far off) is not refused: the accountant makes the partition on demand
 //! ([`Partitions::ensure`]) and, should an insert still find none, makes it and retries
-//! ([`is_missing_partition`]). A DEFAULT partition would do the same job worse: every new
-//! month's partition would then have to be checked against it (a scan under lock), and
-//! the rows it collected would block that month's partition from being made.
+//! ([`is_missing_partition`]). The DEFAULT partition `subscription_tracking_default` only
+//! catches rows inserted by hand for months without a partition; making a month's
+//! partition moves them into it.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

@@ -130,7 +130,7 @@ async fn an_event_in_a_month_without_a_partition_is_still_accounted() {
     assert_eq!(outcome.accounted, 1);
     assert!(has_partition(pool, Month::containing(march)).await);
 
-    // Dropped behind this accountant's back: made again, and the event still counts.
+    // Dropped behind this accountant's back: the event still counts.
     sqlx::query("DROP TABLE subscription_tracking_y2025m03")
         .execute(pool)
         .await
@@ -171,4 +171,32 @@ async fn an_operator_detaches_an_old_month_in_one_statement_and_calls_still_coun
     let outcome = accountant.account(&[event(id, old)], Utc::now()).await;
     assert_eq!(outcome.unwrap().accounted, 1);
     app.wait_for_ledger(id, 3).await;
+}
+
+#[tokio::test]
+async fn a_row_inserted_by_hand_without_its_months_partition_is_kept_and_moved_later() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let (id, _) = customer_since(pool, "2024-01-01T00:00:00Z").await;
+    let april = at("2024-04-02T03:04:05Z");
+    assert!(!has_partition(pool, Month::containing(april)).await);
+    let sql = "INSERT INTO subscription_tracking
+                   (transaction_id, account_id, key_id, occurred_at, method, route,
+                    upstream_status)
+               VALUES ($1, $2, 1, $3, 'GET', '/vedic/v1/x', 200)";
+    let e = event(id, april);
+    let query = sqlx::query(sql).bind(e.transaction_id).bind(id).bind(april);
+    query.execute(pool).await.unwrap();
+    assert_eq!(ledger_ids(pool, id).await, vec![e.transaction_id]);
+
+    // Making April's partition moves the row into it; the same event is still a duplicate.
+    let outcome = accountant(pool).account(&[e.clone()], april).await.unwrap();
+    assert_eq!((outcome.accounted, outcome.duplicates), (0, 1));
+    assert!(has_partition(pool, Month::containing(april)).await);
+    let in_default: i64 = sqlx::query_scalar("SELECT count(*) FROM subscription_tracking_default")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(in_default, 0);
+    assert_eq!(ledger_ids(pool, id).await, vec![e.transaction_id]);
 }
