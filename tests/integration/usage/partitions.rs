@@ -190,7 +190,10 @@ async fn a_row_inserted_by_hand_without_its_months_partition_is_kept_and_moved_l
     assert_eq!(ledger_ids(pool, id).await, vec![e.transaction_id]);
 
     // Making April's partition moves the row into it; the same event is still a duplicate.
-    let outcome = accountant(pool).account(&[e.clone()], april).await.unwrap();
+    let outcome = accountant(pool)
+        .account(std::slice::from_ref(&e), april)
+        .await
+        .unwrap();
     assert_eq!((outcome.accounted, outcome.duplicates), (0, 1));
     assert!(has_partition(pool, Month::containing(april)).await);
     let in_default: i64 = sqlx::query_scalar("SELECT count(*) FROM subscription_tracking_default")
