@@ -40,11 +40,9 @@ GATEWAY_PORT=$((BASE + 2))
 METRICS_PORT=$((BASE + 3))
 DB=tollgate_callgrind_$$
 
-say() { printf '[callgrind %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() {
-    say "error: $*"
-    exit 1
-}
+BENCH_TAG=callgrind
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 for tool in valgrind callgrind_annotate curl psql; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool is missing (Debian: valgrind, curl, postgresql-client)"
@@ -97,22 +95,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-wait_http() {
-    local url=$1 pid=$2 log=$3
-    for _ in $(seq 1 600); do
-        curl -fsS -o /dev/null "$url" 2>/dev/null && return 0
-        kill -0 "$pid" 2>/dev/null || { tail -n 20 "$log" >&2; die "process behind $url exited (log: $log)"; }
-        sleep 0.2
-    done
-    tail -n 20 "$log" >&2
-    die "$url did not answer within 120 s"
-}
 
-for port in $UPSTREAM_PORT $KV_PORT $GATEWAY_PORT $METRICS_PORT; do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        die "127.0.0.1:$port is already taken; set CALLGRIND_PORT_BASE"
-    fi
-done
+ports_free CALLGRIND_PORT_BASE $UPSTREAM_PORT $KV_PORT $GATEWAY_PORT $METRICS_PORT
 
 "$EX/demo_upstream" "127.0.0.1:$UPSTREAM_PORT" >"$RUN/upstream.log" 2>&1 &
 PIDS+=($!)
@@ -185,7 +169,7 @@ measure() {
         "$TOLLGATE" serve >"$RUN/gateway.log" 2>&1 &
     pid=$!
     PIDS+=("$pid")
-    wait_http "http://127.0.0.1:$GATEWAY_PORT/readyz" "$pid" "$RUN/gateway.log"
+    wait_http "http://127.0.0.1:$GATEWAY_PORT/readyz" "$pid" "$RUN/gateway.log" 120
     drive "$RUN/warmup.curl" "$WARMUP"
     drive "$config" "$count"
     stop "$pid"

@@ -60,11 +60,9 @@ FULL_METRICS=$((BASE + 13))
 FULLJS_METRICS=$((BASE + 14))
 ADMIN_TOKEN=bench-admin-token
 
-say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() {
-    say "error: $*"
-    exit 1
-}
+BENCH_TAG=bench
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 is_number "$RATE_DIVISOR" || die "BENCH_RATE_DIVISOR must be a positive number, got '$RATE_DIVISOR'"
 [ -z "$PG_BASELINE_US" ] || is_number "$PG_BASELINE_US" ||
     die "BENCH_PG_BASELINE_US must be a positive number, got '$PG_BASELINE_US'"
@@ -143,24 +141,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Waits (bounded) until `curl URL` succeeds; fails when the process died first.
-wait_http() {
-    local url=$1 pid=$2 log=$3
-    for _ in $(seq 1 150); do
-        curl -fsS -o /dev/null "$url" 2>/dev/null && return 0
-        kill -0 "$pid" 2>/dev/null || { tail -n 20 "$log" >&2; die "process behind $url exited (log: $log)"; }
-        sleep 0.2
-    done
-    tail -n 20 "$log" >&2
-    die "$url did not answer within 30 s"
-}
-
-for port in $UPSTREAM_PORT $NGINX_PORT $LOCAL_PORT $FULL_PORT $KV_PORT $FULLJS_PORT $NATS_PORT \
-    $LOCAL_METRICS $FULL_METRICS $FULLJS_METRICS; do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        die "127.0.0.1:$port is already taken; set BENCH_PORT_BASE"
-    fi
-done
+ports_free BENCH_PORT_BASE $UPSTREAM_PORT $NGINX_PORT $LOCAL_PORT $FULL_PORT $KV_PORT \
+    $FULLJS_PORT $NATS_PORT $LOCAL_METRICS $FULL_METRICS $FULLJS_METRICS
 
 say "starting the demo upstream on 127.0.0.1:$UPSTREAM_PORT"
 "$EX/demo_upstream" "127.0.0.1:$UPSTREAM_PORT" >"$RUN/upstream.log" 2>&1 &
