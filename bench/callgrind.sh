@@ -119,24 +119,7 @@ export TOLLGATE__SERVER__METRICS_LISTEN="127.0.0.1:$METRICS_PORT"
 
 # Accounts and keys as bench/run.sh seeds them: a free subscription and this month's grant.
 KEYS=$RUN/keys.txt
-MONTH="date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
-psql_db <<SQL
-BEGIN;
-CREATE TEMP TABLE bench_key ON COMMIT DROP AS
-SELECT n, 'tgk_' || substr(md5(random()::text || n) || md5(n || random()::text), 1, 40) AS key
-FROM generate_series(1, $ACCOUNTS) AS n;
-INSERT INTO account (email, password_hash)
-SELECT 'bench-' || n || '@example.com', 'bench-account-no-login' FROM bench_key ORDER BY n;
-INSERT INTO api_key (account_id, key_hash, prefix)
-SELECT a.id, sha256(convert_to(k.key, 'UTF8')), substr(k.key, 1, 12)
-FROM bench_key k JOIN account a ON a.email = 'bench-' || k.n || '@example.com';
-INSERT INTO subscription (account_id, plan, starts_at, monthly_allowance)
-SELECT id, 'free', $MONTH, 3000 FROM account;
-INSERT INTO monthly_usage (account_id, subscription_id, month_start, allowance, is_free)
-SELECT account_id, id, $MONTH, 3000, true FROM subscription;
-\copy (SELECT key FROM bench_key ORDER BY n) TO '$KEYS'
-COMMIT;
-SQL
+psql_db -v accounts="$ACCOUNTS" -v free_calls=3000 -v keys="$KEYS" -f bench/seed-accounts.sql
 mapfile -t KEY_LIST <"$KEYS"
 [ "${#KEY_LIST[@]}" = "$ACCOUNTS" ] || die "expected $ACCOUNTS keys in $KEYS"
 

@@ -221,21 +221,9 @@ say "seeding $ACCOUNTS accounts with keys ($EXHAUSTED exhausted this month) into
 KEYS=$RUN/keys.txt
 # One month-start expression for every row, as tollgate computes it (UTC).
 MONTH="date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+psql_full -v accounts="$ACCOUNTS" -v free_calls="$FREE_CALLS" -v keys="$KEYS" -f bench/seed-accounts.sql
 psql_full <<SQL
 BEGIN;
-CREATE TEMP TABLE bench_key ON COMMIT DROP AS
-SELECT n, 'tgk_' || substr(md5(random()::text || n) || md5(n || random()::text), 1, 40) AS key
-FROM generate_series(1, $ACCOUNTS) AS n;
-INSERT INTO account (email, password_hash)
-SELECT 'bench-' || n || '@example.com', 'bench-account-no-login' FROM bench_key ORDER BY n;
-INSERT INTO api_key (account_id, key_hash, prefix)
-SELECT a.id, sha256(convert_to(k.key, 'UTF8')), substr(k.key, 1, 12)
-FROM bench_key k JOIN account a ON a.email = 'bench-' || k.n || '@example.com';
--- Every account's free subscription and this month's free grant, as signup writes them.
-INSERT INTO subscription (account_id, plan, starts_at, monthly_allowance)
-SELECT id, 'free', $MONTH, $FREE_CALLS FROM account;
-INSERT INTO monthly_usage (account_id, subscription_id, month_start, allowance, is_free)
-SELECT account_id, id, $MONTH, $FREE_CALLS, true FROM subscription;
 -- The first accounts used their whole month: ledger rows and counters agree.
 -- The month's ledger partition (migration V13; a build from before it, run through
 -- BENCH_TOLLGATE, has a ledger of one table).
@@ -262,7 +250,6 @@ INSERT INTO usage_counter (account_id, month_start, used)
 SELECT id, $MONTH, 0 FROM account WHERE id > $EXHAUSTED;
 INSERT INTO usage_daily (account_id, day_start, calls, used)
 SELECT id, date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', 0, 0 FROM account;
-\copy (SELECT key FROM bench_key ORDER BY n) TO '$KEYS'
 COMMIT;
 ANALYZE;
 SQL
