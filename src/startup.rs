@@ -141,15 +141,7 @@ impl Gateway {
         let accounts_here =
             config.usage_check.transport == UsageTransport::Memory || config.usage_check.consume;
         if config.usage_check.enabled && accounts_here {
-            background.extend(crate::notify::start(
-                &config.notify,
-                &db,
-                stop_background.clone(),
-            ));
-            background.push(tokio::spawn(usage::partitions::keep_ahead(
-                db.clone(),
-                stop_background.clone(),
-            )));
+            start_accounting_chores(&config, &db, &stop_background, &mut background);
         }
 
         if config.throttle.enabled && config.usage_check.enabled {
@@ -293,15 +285,7 @@ impl Worker {
         let throttler = start_throttler(&config, &db, store, &stop_background, &mut background);
         let accountant = accountant(&config, &db, &throttler);
         let usage = Pipeline::start(&config, accountant, Role::Worker, stop_usage.clone()).await?;
-        background.extend(crate::notify::start(
-            &config.notify,
-            &db,
-            stop_background.clone(),
-        ));
-        background.push(tokio::spawn(usage::partitions::keep_ahead(
-            db.clone(),
-            stop_background.clone(),
-        )));
+        start_accounting_chores(&config, &db, &stop_background, &mut background);
         if config.throttle.enabled {
             background.push(tokio::spawn(reconcile_schedule(
                 db.clone(),
@@ -372,6 +356,22 @@ fn start_throttler(
     let (throttler, tasks) = Throttler::start(settings, store, fleet, stop.clone());
     background.extend(tasks);
     throttler
+}
+
+/// What runs beside the accounting consumer in the process that accounts usage (`serve`
+/// with a consumer, or `worker`): threshold webhook delivery and the ledger's next
+/// partitions, pushed onto `background`.
+fn start_accounting_chores(
+    config: &Config,
+    db: &PgPool,
+    stop: &CancellationToken,
+    background: &mut Vec<JoinHandle<()>>,
+) {
+    background.extend(crate::notify::start(&config.notify, db, stop.clone()));
+    background.push(tokio::spawn(usage::partitions::keep_ahead(
+        db.clone(),
+        stop.clone(),
+    )));
 }
 
 fn accountant(config: &Config, db: &PgPool, throttler: &Throttler) -> Accountant {

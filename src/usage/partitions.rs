@@ -80,10 +80,10 @@ impl Partitions {
 #[tracing::instrument(skip_all, fields(months = months.len()))]
 pub async fn make_months(db: &PgPool, months: &[Month]) -> Result<(), sqlx::Error> {
     let starts: Vec<DateTime<Utc>> = months.iter().map(|m| m.start()).collect();
-    let mut tx = db.begin().await?;
-    sqlx::query("SELECT set_config('lock_timeout', $1, true)")
-        .bind(MAKE_LOCK_TIMEOUT)
-        .execute(&mut *tx)
+    let mut tx = db
+        .begin_with(format!(
+            "BEGIN; SET LOCAL lock_timeout = '{MAKE_LOCK_TIMEOUT}'"
+        ))
         .await?;
     let made: Vec<Option<String>> = sqlx::query_scalar(
         "SELECT subscription_tracking_add_month(m) FROM UNNEST($1::timestamptz[]) m",
