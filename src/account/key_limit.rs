@@ -1,4 +1,4 @@
-//! A key's own monthly limit (SPEC §13): the `monthly_limit` of a new key, and
+//! A key's own monthly limit (SPEC §13), once the key exists:
 //! `PATCH /account/v1/keys/{key_id}` setting or clearing it. The V14 trigger tells every
 //! replica's [`crate::usage::key_limits::KeyLimits`] of the change.
 
@@ -7,23 +7,11 @@ use axum::extract::State;
 use serde::{Deserialize, Deserializer};
 use utoipa::ToSchema;
 
-use super::keys::KeySummary;
+use super::keys::{KeySummary, checked_limit};
 use crate::auth::SessionPrincipal;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams};
 use crate::month::Month;
 use crate::state::AppState;
-
-/// Largest limit a key takes (far beyond any month's use; keeps sums in `bigint`).
-pub const MAX_KEY_LIMIT: i64 = 1_000_000_000_000;
-
-/// The optional body of `POST /account/v1/keys`.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewKey {
-    /// Units per UTC month this key may use; absent or null = no limit of its own.
-    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
-    pub monthly_limit: Option<i64>,
-}
 
 /// The body of `PATCH /account/v1/keys/{key_id}` (as documented; read as
 /// [`KeyLimitChangeBody`], which tells a null limit from a missing one).
@@ -53,16 +41,6 @@ impl<'de> Deserialize<'de> for KeyLimitChangeBody {
 
 /// [`KeyLimitChange`] as read: `None` when `monthly_limit` is missing.
 pub struct KeyLimitChangeBody(Option<Option<i64>>);
-
-/// A limit as given, checked: `0..=MAX_KEY_LIMIT`, or none.
-pub fn checked_limit(limit: Option<i64>) -> Result<Option<i64>, ApiError> {
-    match limit {
-        Some(n) if !(0..=MAX_KEY_LIMIT).contains(&n) => Err(ApiError::Validation(format!(
-            "monthly_limit must be an integer from 0 to {MAX_KEY_LIMIT}, or null"
-        ))),
-        other => Ok(other),
-    }
-}
 
 /// Sets (or with `None` clears) the limit of `account_id`'s key `key_id`; the key as it
 /// now is, `KEY_NOT_FOUND` when the account has no such key. Shared with the portal.
@@ -149,6 +127,7 @@ mod tests {
 
     #[test]
     fn limits_outside_the_range_are_refused() {
+        use super::super::keys::MAX_KEY_LIMIT;
         assert!(checked_limit(Some(-1)).is_err());
         assert!(checked_limit(Some(MAX_KEY_LIMIT + 1)).is_err());
         assert_eq!(checked_limit(Some(0)).unwrap(), Some(0));

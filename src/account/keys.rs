@@ -11,7 +11,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::key_limit::{NewKey, checked_limit};
 use crate::auth::SessionPrincipal;
 use crate::auth::token::{API_KEY_PREFIX, PlainToken};
 use crate::error::{ApiError, ErrorBody, PathParams, QueryParams};
@@ -76,6 +75,28 @@ pub async fn keys_in_month(
     .bind(month.start())
     .fetch_all(db)
     .await
+}
+
+/// Largest limit a key takes (far beyond any month's use; keeps sums in `bigint`).
+pub const MAX_KEY_LIMIT: i64 = 1_000_000_000_000;
+
+/// The optional body of `POST /account/v1/keys`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewKey {
+    /// Units per UTC month this key may use; absent or null = no limit of its own.
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
+    pub monthly_limit: Option<i64>,
+}
+
+/// A limit as given, checked: `0..=MAX_KEY_LIMIT`, or none.
+pub fn checked_limit(limit: Option<i64>) -> Result<Option<i64>, ApiError> {
+    match limit {
+        Some(n) if !(0..=MAX_KEY_LIMIT).contains(&n) => Err(ApiError::Validation(format!(
+            "monthly_limit must be an integer from 0 to {MAX_KEY_LIMIT}, or null"
+        ))),
+        other => Ok(other),
+    }
 }
 
 pub(super) async fn insert_key(

@@ -3,15 +3,18 @@
 //! and what one accounting transaction adds to the per-key counters.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::event::UsageEvent;
-use super::key_limits::LEASE;
 use super::spending::reservation_block;
 use crate::month::Month;
+
+/// How long a reservation lasts unless renewed.
+pub(super) const LEASE: Duration = Duration::from_secs(60);
 
 /// What a reservation found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::key_blocks::{give_back, renew, reserve_block};
+use super::key_blocks::{LEASE, give_back, renew, reserve_block};
 use crate::month::{Month, seconds_until};
 use crate::sync::lock;
 
@@ -38,8 +38,6 @@ const SHARDS: usize = 64;
 const ENTRY_TTL: Duration = Duration::from_secs(60);
 /// Entries held at most per shard; a full shard starts over (keeping held blocks).
 const MAX_ENTRIES_PER_SHARD: usize = 4_096;
-/// How long a reservation lasts unless renewed.
-pub(super) const LEASE: Duration = Duration::from_secs(60);
 /// A block unused this long goes back.
 const IDLE_BLOCK: Duration = Duration::from_secs(10);
 /// How often blocks are renewed or returned.
