@@ -5,7 +5,8 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::header::LINK;
+use axum::extract::rejection::BytesRejection;
+use axum::http::header::{CONTENT_TYPE, LINK};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -167,6 +168,8 @@ pub async fn create_account_key(
         (status = 201, description = "The new key; `api_key` is shown this once", body = KeyCreated),
         (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
         (status = 400, description = "MALFORMED_JSON: the body is not JSON", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: the body exceeds 16 KiB", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: a body whose content-type is not application/json", body = ErrorBody),
         (status = 409, description = "KEY_LIMIT: the account holds `account.max_keys` unrevoked keys", body = ErrorBody),
         (status = 422, description = "VALIDATION_FAILED: `monthly_limit` is not an integer >= 0", body = ErrorBody),
         (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
@@ -175,11 +178,25 @@ pub async fn create_account_key(
 pub async fn create_key(
     State(state): State<AppState>,
     session: SessionPrincipal,
-    body: Bytes,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
+        _ => ApiError::BadRequestBody,
+    })?;
     let request: NewKey = if body.iter().all(u8::is_ascii_whitespace) {
         NewKey::default()
     } else {
+        let json = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
+        if !json {
+            return Err(ApiError::UnsupportedMediaType);
+        }
         Json::<NewKey>::from_bytes(&body)?.0
     };
     let monthly_limit = checked_limit(request.monthly_limit)?;

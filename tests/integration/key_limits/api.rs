@@ -122,3 +122,38 @@ async fn another_accounts_key_cannot_be_limited() {
     // The owner's key still calls through.
     assert_eq!(app.call(DAILY, &owner.api_key).await.status(), 200);
 }
+
+#[tokio::test]
+async fn a_key_body_that_is_not_json_is_refused_with_a_json_error() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let token = app.login(&customer).await;
+    let post = || {
+        app.client
+            .post(app.url("/account/v1/keys"))
+            .bearer_auth(&token)
+    };
+    let res = post()
+        .header("content-type", "text/plain")
+        .body(r#"{"monthly_limit": 1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_error(res, 415, "UNSUPPORTED_MEDIA_TYPE").await;
+    let res = post()
+        .header("content-type", "application/json")
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    assert_error(res, 400, "MALFORMED_JSON").await;
+    let res = post()
+        .header("content-type", "application/json")
+        .body(vec![b' '; 20 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_error(res, 413, "PAYLOAD_TOO_LARGE").await;
+    // No body at all still makes a key without a limit.
+    assert_eq!(post().send().await.unwrap().status(), 201);
+}
