@@ -45,6 +45,7 @@ fn event(account_id: i64) -> UsageEvent {
         upstream_status: 200,
         cost: 1,
         reserved_by: None,
+        key_reserved_by: None,
     }
 }
 

@@ -35,6 +35,9 @@ pub enum ApiError {
     Throttled,
     #[error("quota exceeded")]
     QuotaExceeded { retry_after: i64 },
+    /// The calling key's monthly limit is used up (SPEC §13).
+    #[error("key quota exceeded")]
+    KeyQuotaExceeded { retry_after: i64 },
     /// An abuse limit of the account API (SPEC §2 `account.*`); retry after that many seconds.
     #[error("too many requests; retry after {retry_after_secs} s")]
     TooManyRequests { retry_after_secs: u64 },
@@ -97,6 +100,7 @@ impl ApiError {
             InvalidCredentials => (StatusCode::UNAUTHORIZED, "INVALID_CREDENTIALS"),
             Throttled => (StatusCode::TOO_MANY_REQUESTS, "REQUEST_THROTTLED"),
             QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "QUOTA_EXCEEDED"),
+            KeyQuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "KEY_QUOTA_EXCEEDED"),
             TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_REQUESTS"),
             EmailTaken => (StatusCode::CONFLICT, "EMAIL_TAKEN"),
             Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED"),
@@ -129,7 +133,8 @@ impl ApiError {
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             ApiError::Throttled => Some(1),
-            ApiError::QuotaExceeded { retry_after } => Some((*retry_after).max(1) as u64),
+            ApiError::QuotaExceeded { retry_after }
+            | ApiError::KeyQuotaExceeded { retry_after } => Some((*retry_after).max(1) as u64),
             ApiError::TooManyRequests { retry_after_secs } => Some((*retry_after_secs).max(1)),
             ApiError::Overloaded => Some(1),
             _ => None,
@@ -148,6 +153,7 @@ impl ApiError {
             InvalidCredentials => "Email or password is wrong.".into(),
             Throttled => "Request throttled. Please try again.".into(),
             QuotaExceeded { .. } => "Quota exceeded for this period.".into(),
+            KeyQuotaExceeded { .. } => "This key's monthly limit is used up.".into(),
             TooManyRequests { .. } => "Too many attempts. Please try again later.".into(),
             EmailTaken => "An account with this email already exists.".into(),
             Validation(why) => why.clone(),

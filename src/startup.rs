@@ -32,6 +32,7 @@ use crate::proxy::upstream::Upstream;
 use crate::state::{AppState, Shared};
 use crate::throttle::fleet::budget::PgCallBudget;
 use crate::throttle::{Fleet, MarkerCheck, MarkerStore, ThrottleSettings, Throttler};
+use crate::usage::key_limits::KeyLimits;
 use crate::usage::quota::QuotaView;
 use crate::usage::subscriptions::Allocation;
 use crate::usage::transport::{Pipeline, Role};
@@ -123,6 +124,12 @@ impl Gateway {
             QuotaView::disabled()
         };
         background.extend(quota.start(stop_background.clone()));
+        let key_limits = if config.usage_check.enabled {
+            KeyLimits::new(db.clone())
+        } else {
+            KeyLimits::disabled()
+        };
+        background.extend(key_limits.start(stop_background.clone()));
 
         let (publisher, accountant, usage) = if config.usage_check.enabled {
             let accountant = accountant(&config, &db, &throttler).with_quota(quota.clone());
@@ -186,6 +193,7 @@ impl Gateway {
             console_limits,
             past_days: Default::default(),
             quota,
+            key_limits,
             pricing,
             allocation,
             upstream,

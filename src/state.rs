@@ -18,6 +18,7 @@ use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::throttle::Throttler;
 use crate::usage::UsagePublisher;
+use crate::usage::key_limits::KeyLimits;
 use crate::usage::quota::QuotaView;
 use crate::usage::series::PastDays;
 use crate::usage::subscriptions::Allocation;
@@ -36,6 +37,8 @@ pub struct Shared {
     pub throttler: Throttler,
     /// Each calling account's standing, for quota headers and hard limits.
     pub quota: QuotaView,
+    /// Per-key monthly limits of this replica's calls.
+    pub key_limits: KeyLimits,
     /// What calls cost.
     pub pricing: Pricing,
     /// Activations and top-ups.

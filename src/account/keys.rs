@@ -1,9 +1,12 @@
-//! API-key management: create (at most `account.max_keys` unrevoked), list (paged),
-//! revoke.
+//! API-key management: create (at most `account.max_keys` unrevoked, optionally with a
+//! monthly limit), list (paged, with each key's use this month), revoke. Changing a
+//! key's limit is in [`super::key_limit`].
 
 use axum::Json;
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::header::LINK;
+use axum::extract::rejection::BytesRejection;
+use axum::http::header::{CONTENT_TYPE, LINK};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -12,6 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::auth::SessionPrincipal;
 use crate::auth::token::{API_KEY_PREFIX, PlainToken};
 use crate::error::{ApiError, ErrorBody, PathParams, QueryParams};
+use crate::month::Month;
 use crate::state::AppState;
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -32,6 +36,12 @@ pub struct KeySummary {
     pub prefix: String,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// Units per UTC month this key may use (SPEC §13); null = no limit of its own.
+    #[schema(minimum = 0)]
+    pub monthly_limit: Option<i64>,
+    /// Units accounted through this key in the current UTC month.
+    #[schema(minimum = 0)]
+    pub used: i64,
 }
 
 /// The account's keys with ids above `after`, revoked ones included, oldest first, at
@@ -42,15 +52,52 @@ pub async fn keys_of(
     after: i64,
     limit: i64,
 ) -> Result<Vec<KeySummary>, sqlx::Error> {
+    keys_in_month(db, account_id, after, limit, Month::containing(Utc::now())).await
+}
+
+/// [`keys_of`], with `used` counted in `month`.
+pub async fn keys_in_month(
+    db: &sqlx::PgPool,
+    account_id: i64,
+    after: i64,
+    limit: i64,
+    month: Month,
+) -> Result<Vec<KeySummary>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id AS key_id, prefix, created_at, revoked_at
-         FROM api_key WHERE account_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+        "SELECT k.id AS key_id, k.prefix, k.created_at, k.revoked_at, k.monthly_limit,
+                coalesce(c.used, 0) AS used
+         FROM api_key k
+         LEFT JOIN key_usage_counter c ON c.key_id = k.id AND c.month_start = $4
+         WHERE k.account_id = $1 AND k.id > $2 ORDER BY k.id LIMIT $3",
     )
     .bind(account_id)
     .bind(after)
     .bind(limit)
+    .bind(month.start())
     .fetch_all(db)
     .await
+}
+
+/// Largest limit a key takes (far beyond any month's use; keeps sums in `bigint`).
+pub const MAX_KEY_LIMIT: i64 = 1_000_000_000_000;
+
+/// The optional body of `POST /account/v1/keys`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewKey {
+    /// Units per UTC month this key may use; absent or null = no limit of its own.
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
+    pub monthly_limit: Option<i64>,
+}
+
+/// A limit as given, checked: `0..=MAX_KEY_LIMIT`, or none.
+pub fn checked_limit(limit: Option<i64>) -> Result<Option<i64>, ApiError> {
+    match limit {
+        Some(n) if !(0..=MAX_KEY_LIMIT).contains(&n) => Err(ApiError::Validation(format!(
+            "monthly_limit must be an integer from 0 to {MAX_KEY_LIMIT}, or null"
+        ))),
+        other => Ok(other),
+    }
 }
 
 pub(super) async fn insert_key(
@@ -58,14 +105,57 @@ pub(super) async fn insert_key(
     account_id: i64,
     key: &PlainToken,
 ) -> Result<i64, ApiError> {
+    insert_limited_key(conn, account_id, key, None).await
+}
+
+async fn insert_limited_key(
+    conn: &mut sqlx::PgConnection,
+    account_id: i64,
+    key: &PlainToken,
+    monthly_limit: Option<i64>,
+) -> Result<i64, ApiError> {
     Ok(sqlx::query_scalar(
-        "INSERT INTO api_key (account_id, key_hash, prefix) VALUES ($1, $2, $3) RETURNING id",
+        "INSERT INTO api_key (account_id, key_hash, prefix, monthly_limit)
+         VALUES ($1, $2, $3, $4) RETURNING id",
     )
     .bind(account_id)
     .bind(key.hash().as_bytes())
     .bind(key.display_prefix())
+    .bind(monthly_limit)
     .fetch_one(conn)
     .await?)
+}
+
+/// Creates a key of `account_id`, refused past `max_keys` unrevoked ones: the count is
+/// taken under the account's row lock. Shared with the portal.
+pub async fn create_account_key(
+    db: &sqlx::PgPool,
+    account_id: i64,
+    max_keys: u32,
+    monthly_limit: Option<i64>,
+) -> Result<KeyCreated, ApiError> {
+    let key = PlainToken::generate(API_KEY_PREFIX);
+    let mut tx = db.begin().await?;
+    sqlx::query("SELECT 1 FROM account WHERE id = $1 FOR UPDATE")
+        .bind(account_id)
+        .execute(&mut *tx)
+        .await?;
+    let live: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM api_key WHERE account_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(account_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    if live >= i64::from(max_keys) {
+        return Err(ApiError::KeyLimit(max_keys));
+    }
+    let key_id = insert_limited_key(&mut tx, account_id, &key, monthly_limit).await?;
+    tx.commit().await?;
+    tracing::info!(account_id, key_id, "api key created");
+    Ok(KeyCreated {
+        key_id,
+        api_key: key.reveal(),
+    })
 }
 
 /// Creates another API key; the response is the only time it is shown. An account holds
@@ -73,43 +163,51 @@ pub(super) async fn insert_key(
 /// row lock, so concurrent creations cannot pass it together.
 #[utoipa::path(post, path = "/account/v1/keys", tag = "account",
     security(("session" = [])),
+    request_body(content = Option<NewKey>, description = "Optional; an empty body makes a key without a limit"),
     responses(
         (status = 201, description = "The new key; `api_key` is shown this once", body = KeyCreated),
         (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
+        (status = 400, description = "MALFORMED_JSON: the body is not JSON", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: the body exceeds 16 KiB", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: a body whose content-type is not application/json", body = ErrorBody),
         (status = 409, description = "KEY_LIMIT: the account holds `account.max_keys` unrevoked keys", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `monthly_limit` is not an integer >= 0", body = ErrorBody),
         (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
         (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
 pub async fn create_key(
     State(state): State<AppState>,
     session: SessionPrincipal,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
-    let max_keys = state.config.account.max_keys;
-    let key = PlainToken::generate(API_KEY_PREFIX);
-    let mut tx = state.db.begin().await?;
-    sqlx::query("SELECT 1 FROM account WHERE id = $1 FOR UPDATE")
-        .bind(session.account_id)
-        .execute(&mut *tx)
-        .await?;
-    let live: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM api_key WHERE account_id = $1 AND revoked_at IS NULL",
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
+        _ => ApiError::BadRequestBody,
+    })?;
+    let request: NewKey = if body.iter().all(u8::is_ascii_whitespace) {
+        NewKey::default()
+    } else {
+        let json = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
+        if !json {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        Json::<NewKey>::from_bytes(&body)?.0
+    };
+    let monthly_limit = checked_limit(request.monthly_limit)?;
+    let created = create_account_key(
+        &state.db,
+        session.account_id,
+        state.config.account.max_keys,
+        monthly_limit,
     )
-    .bind(session.account_id)
-    .fetch_one(&mut *tx)
     .await?;
-    if live >= i64::from(max_keys) {
-        return Err(ApiError::KeyLimit(max_keys));
-    }
-    let key_id = insert_key(&mut tx, session.account_id, &key).await?;
-    tx.commit().await?;
-    tracing::info!(account_id = session.account_id, key_id, "api key created");
-    Ok((
-        StatusCode::CREATED,
-        Json(KeyCreated {
-            key_id,
-            api_key: key.reveal(),
-        }),
-    ))
+    Ok((StatusCode::CREATED, Json(created)))
 }
 
 /// Keys per page of [`list_keys`] when `?limit=` is absent.

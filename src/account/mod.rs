@@ -5,6 +5,7 @@
 //! of [`limits`]. Grants and usage figures come from [`crate::usage`].
 
 pub mod client;
+pub mod key_limit;
 pub mod keys;
 pub mod limits;
 pub mod plans;
@@ -33,7 +34,10 @@ pub fn router() -> Router<AppState> {
             "/account/v1/keys",
             post(keys::create_key).get(keys::list_keys),
         )
-        .route("/account/v1/keys/{key_id}", delete(keys::revoke_key))
+        .route(
+            "/account/v1/keys/{key_id}",
+            delete(keys::revoke_key).patch(key_limit::patch_key),
+        )
         .route("/account/v1/plans", get(plans::list_plans))
         .route("/account/v1/redeem", post(redeem::redeem))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -278,6 +278,7 @@ mod tests {
             daily_allowance: Some(5_000),
             enforcement: Enforcement::Hard,
             price_id: None,
+            checkout_url: None,
         }]
     }
 

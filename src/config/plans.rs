@@ -31,6 +31,52 @@ pub struct PlanConfig {
     /// The payment provider's price (Stripe `price_…`) that pays for this plan.
     #[serde(default)]
     pub price_id: Option<String>,
+    /// The payment provider's hosted checkout page for this plan (a Stripe payment
+    /// link); the customer portal links to it with `client_reference_id` appended
+    /// (SPEC §12). An `http` or `https` URL.
+    #[serde(default)]
+    pub checkout_url: Option<String>,
+}
+
+impl PlanConfig {
+    /// The checkout page of this plan for `account_id`: `checkout_url` with
+    /// `client_reference_id=<account_id>` added to its query (replacing any there), so
+    /// the payment webhook of SPEC §11 knows whose payment it is. None without one.
+    pub fn checkout_link(&self, account_id: i64) -> Option<String> {
+        let mut url = reqwest::Url::parse(self.checkout_url.as_deref()?).ok()?;
+        let kept: Vec<(String, String)> = url
+            .query_pairs()
+            .filter(|(k, _)| k != CLIENT_REFERENCE)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        url.query_pairs_mut()
+            .clear()
+            .extend_pairs(kept)
+            .append_pair(CLIENT_REFERENCE, &account_id.to_string());
+        Some(url.into())
+    }
+}
+
+/// The query parameter by which a hosted checkout names the paying account.
+const CLIENT_REFERENCE: &str = "client_reference_id";
+
+/// Why `url` cannot be a checkout page: it must be an absolute `http` or `https` URL
+/// with a host, no credentials, at most 2,048 bytes.
+fn checkout_url_problem(url: &str) -> Option<&'static str> {
+    if url.len() > 2048 {
+        return Some("checkout_url is longer than 2048 bytes");
+    }
+    match reqwest::Url::parse(url) {
+        Ok(u)
+            if matches!(u.scheme(), "http" | "https")
+                && u.host_str().is_some_and(|h| !h.is_empty())
+                && u.username().is_empty()
+                && u.password().is_none() =>
+        {
+            None
+        }
+        _ => Some("checkout_url must be an http(s) URL with a host and no credentials"),
+    }
 }
 
 /// `[billing]`: payment webhooks.
@@ -84,6 +130,9 @@ pub(super) fn validate_plans(plans: &[PlanConfig]) -> Result<(), String> {
                 plan.name
             ));
         }
+        if let Some(problem) = plan.checkout_url.as_deref().and_then(checkout_url_problem) {
+            return Err(format!("plans: `{}`: {problem}", plan.name));
+        }
         if let Some(price) = &plan.price_id {
             if price.trim().is_empty() {
                 return Err(format!("plans: `{}`: price_id is blank", plan.name));
@@ -108,7 +157,52 @@ mod tests {
             daily_allowance: None,
             enforcement: Enforcement::Soft,
             price_id: price.map(Into::into),
+            checkout_url: None,
         }
+    }
+
+    fn with_checkout(url: &str) -> PlanConfig {
+        PlanConfig {
+            checkout_url: Some(url.into()),
+            ..plan("pro", 10, None)
+        }
+    }
+
+    #[test]
+    fn checkout_urls_must_be_http_urls_with_a_host() {
+        for good in [
+            "https://buy.stripe.com/test_14k5mA",
+            "http://127.0.0.1:9000/pay?plan=pro",
+        ] {
+            assert_eq!(validate_plans(&[with_checkout(good)]), Ok(()), "{good}");
+        }
+        for bad in [
+            "buy.stripe.com/x",
+            "javascript:alert(1)",
+            "ftp://example.com/x",
+            "https://user:pw@example.com/",
+            "",
+        ] {
+            assert!(validate_plans(&[with_checkout(bad)]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_checkout_link_carries_the_account_whether_or_not_the_url_has_a_query() {
+        let link = |url: &str| with_checkout(url).checkout_link(42).unwrap();
+        assert_eq!(
+            link("https://buy.stripe.com/abc"),
+            "https://buy.stripe.com/abc?client_reference_id=42"
+        );
+        assert_eq!(
+            link("https://buy.stripe.com/abc?prefilled_email=a%40b.c"),
+            "https://buy.stripe.com/abc?prefilled_email=a%40b.c&client_reference_id=42"
+        );
+        assert_eq!(
+            link("https://pay.example/x?client_reference_id=7&a=1#top"),
+            "https://pay.example/x?a=1&client_reference_id=42#top"
+        );
+        assert_eq!(plan("pro", 1, None).checkout_link(42), None);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use axum::Json;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::account::{keys, plans, redeem, signup, usage};
+use crate::account::{key_limit, keys, plans, redeem, signup, usage};
 use crate::admin::handlers as admin;
 use crate::admin::{accounts as admin_accounts, codes as admin_codes, topups as admin_topups};
 use crate::billing::webhook as billing;
@@ -23,6 +23,7 @@ use crate::config::Config;
         keys::create_key,
         keys::list_keys,
         keys::revoke_key,
+        key_limit::patch_key,
         plans::list_plans,
         redeem::redeem,
     ),
@@ -135,7 +136,7 @@ mod tests {
     fn every_operation_documents_every_error_it_can_answer() {
         let doc = document();
         let operations = operations(&doc);
-        assert_eq!(operations.len(), 16, "an operation was added or lost");
+        assert_eq!(operations.len(), 17, "an operation was added or lost");
         for (method, path, operation) in operations {
             let responses = operation["responses"].as_object().expect("responses");
             let missing = |statuses: &[&str]| -> Vec<String> {

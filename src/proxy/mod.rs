@@ -28,6 +28,7 @@ use crate::request_id::RequestId;
 use crate::server::body::RequestBodyError;
 use crate::state::AppState;
 use crate::telemetry::{RateLimitedLog, Registered};
+use crate::usage::key_limits::KeyVerdict;
 use crate::usage::quota::Verdict;
 use crate::usage::{Standing, UsageEvent};
 
@@ -103,6 +104,14 @@ async fn forward(
         .unwrap_or_else(RequestId::generate);
     let now = Utc::now();
     let mut cost = state.pricing.route_cost(path);
+    // The key's own limit first: refused there, nothing of the account is spent.
+    let key_hold = match state.key_limits.check(principal.key_id, cost, now).await? {
+        KeyVerdict::Pass(hold) => hold,
+        KeyVerdict::Refuse { retry_after } => {
+            *quota = state.quota.standing(principal.account_id, now).await?;
+            return Err(ApiError::KeyQuotaExceeded { retry_after });
+        }
+    };
     let reserved_by = match state.quota.check(principal.account_id, cost, now).await? {
         Verdict::Refuse {
             standing,
@@ -194,6 +203,7 @@ async fn forward(
             upstream_status: response.status.as_u16(),
             cost,
             reserved_by,
+            key_reserved_by: key_hold.settle(cost),
         });
     }
 

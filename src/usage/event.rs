@@ -37,6 +37,9 @@ pub struct UsageEvent {
     /// The replica whose reserved units of a hard plan the call was forwarded on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved_by: Option<Uuid>,
+    /// The replica whose reserved units of a limited key the call was forwarded on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_reserved_by: Option<Uuid>,
 }
 
 fn one_unit() -> i64 {
@@ -186,6 +189,7 @@ mod tests {
             upstream_status: 200,
             cost: 3,
             reserved_by: None,
+            key_reserved_by: None,
         }
     }
 

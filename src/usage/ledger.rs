@@ -23,6 +23,7 @@ use super::grants::{
     Grant, allowance_of, ensure_free_subscriptions, ensure_snapshots, load_snapshots,
     load_subscriptions,
 };
+use super::key_blocks::record_keys;
 use super::ledger_sql::{
     bump_counters, bump_daily, insert_ledger_rows, settle_reservations, spend,
 };
@@ -335,6 +336,7 @@ impl Accountant {
         let used = bump_counters(&mut tx, &per_month).await?;
         let used_on = bump_daily(&mut tx, &per_day).await?;
         settle_reservations(&mut tx, &reserved).await?;
+        record_keys(&mut tx, &accounted).await?;
 
         // The allowance of every (account, month) the batch touched, for credit and
         // standings: remembered snapshots first, the rest read once.

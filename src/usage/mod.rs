@@ -10,6 +10,8 @@ pub mod endings;
 pub mod event;
 pub mod grants;
 pub mod jetstream;
+mod key_blocks;
+pub mod key_limits;
 pub mod ledger;
 mod ledger_sql;
 pub mod listener;

@@ -142,6 +142,19 @@ impl QuotaView {
         inner.reserve(account_id, cost, now).await
     }
 
+    /// The account's standing as this replica knows it (quota headers of a call
+    /// refused before the account's check), spending and reserving nothing.
+    pub async fn standing(
+        &self,
+        account_id: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Standing>, sqlx::Error> {
+        match &self.inner {
+            Some(inner) => inner.standing(account_id, now).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Takes the standings this replica just accounted.
     pub fn observe(&self, accounted: &[Standing], now: DateTime<Utc>) {
         let Some(inner) = &self.inner else { return };

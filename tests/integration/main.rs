@@ -12,6 +12,7 @@ mod config;
 mod console;
 mod jetstream;
 mod key_cache;
+mod key_limits;
 mod layout;
 mod notify;
 mod plans;

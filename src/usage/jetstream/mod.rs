@@ -115,6 +115,7 @@ mod tests {
             upstream_status: 503,
             cost: 1,
             reserved_by: Some(uuid::Uuid::new_v4()),
+            key_reserved_by: None,
         };
         let (headers, payload) = encode(&event);
         assert_eq!(

@@ -36,6 +36,7 @@ pub fn with_catalogue(c: &mut Config) {
             daily_allowance: None,
             enforcement: Enforcement::Soft,
             price_id: Some("price_pro".into()),
+            checkout_url: None,
         },
         PlanConfig {
             name: "team".into(),
@@ -43,6 +44,7 @@ pub fn with_catalogue(c: &mut Config) {
             daily_allowance: Some(5_000),
             enforcement: Enforcement::Hard,
             price_id: Some("price_team".into()),
+            checkout_url: None,
         },
     ];
     c.billing.stripe_webhook_secret = Some(SecretString::from(SECRET));

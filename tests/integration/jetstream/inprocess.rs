@@ -96,6 +96,7 @@ async fn a_message_delivered_twice_is_accounted_once() {
         upstream_status: 200,
         cost: 1,
         reserved_by: None,
+        key_reserved_by: None,
     };
     let context = js.jetstream().await;
     let (headers, payload) = tollgate::usage::jetstream::encode(&event);

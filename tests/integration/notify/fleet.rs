@@ -37,6 +37,7 @@ fn calls_from(account_id: i64, start: &str, n: i64) -> Vec<UsageEvent> {
             upstream_status: 200,
             cost: 1,
             reserved_by: None,
+            key_reserved_by: None,
         })
         .collect()
 }

@@ -103,6 +103,7 @@ async fn credit_pays_once_the_allowance_is_used_up_and_only_once() {
         upstream_status: 200,
         cost: 1,
         reserved_by: None,
+        key_reserved_by: None,
     };
     let outcome = accountant.account(&[again], Utc::now()).await.unwrap();
     assert_eq!(outcome.duplicates, 1);

@@ -113,6 +113,7 @@ fn one_call_each(accounts: &[i64]) -> Vec<tollgate::usage::UsageEvent> {
             upstream_status: 200,
             cost: 1,
             reserved_by: None,
+            key_reserved_by: None,
         })
         .collect()
 }

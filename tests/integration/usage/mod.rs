@@ -57,6 +57,7 @@ fn event(account_id: i64, occurred_at: DateTime<Utc>) -> UsageEvent {
         upstream_status: 200,
         cost: 1,
         reserved_by: None,
+        key_reserved_by: None,
     }
 }
 

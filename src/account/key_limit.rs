@@ -1,0 +1,136 @@
+//! A key's own monthly limit (SPEC §13), once the key exists:
+//! `PATCH /account/v1/keys/{key_id}` setting or clearing it. The V14 trigger tells every
+//! replica's [`crate::usage::key_limits::KeyLimits`] of the change.
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Deserializer};
+use utoipa::ToSchema;
+
+use super::keys::{KeySummary, checked_limit};
+use crate::auth::SessionPrincipal;
+use crate::error::{ApiError, ErrorBody, JsonBody, PathParams};
+use crate::month::Month;
+use crate::state::AppState;
+
+/// The body of `PATCH /account/v1/keys/{key_id}` (as documented; read as
+/// [`KeyLimitChangeBody`], which tells a null limit from a missing one).
+#[derive(Debug, ToSchema)]
+pub struct KeyLimitChange {
+    /// The new limit in units per UTC month, or null to remove it. Required.
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_i64)]
+    pub monthly_limit: Option<Option<i64>>,
+}
+
+/// A field that is present, null or not (`None` = absent: serde's default).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<i64>>, D::Error> {
+    Option::<i64>::deserialize(d).map(Some)
+}
+
+impl<'de> Deserialize<'de> for KeyLimitChangeBody {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            #[serde(default, deserialize_with = "present")]
+            monthly_limit: Option<Option<i64>>,
+        }
+        Raw::deserialize(d).map(|r| KeyLimitChangeBody(r.monthly_limit))
+    }
+}
+
+/// [`KeyLimitChange`] as read: `None` when `monthly_limit` is missing.
+pub struct KeyLimitChangeBody(Option<Option<i64>>);
+
+/// Sets (or with `None` clears) the limit of `account_id`'s key `key_id`; the key as it
+/// now is, `KEY_NOT_FOUND` when the account has no such key. Shared with the portal.
+pub async fn set_key_limit(
+    state: &AppState,
+    account_id: i64,
+    key_id: i64,
+    monthly_limit: Option<i64>,
+) -> Result<KeySummary, ApiError> {
+    let month = Month::containing(chrono::Utc::now());
+    let key: Option<KeySummary> = sqlx::query_as(
+        "WITH changed AS (
+             UPDATE api_key SET monthly_limit = $3 WHERE id = $1 AND account_id = $2
+             RETURNING id, prefix, created_at, revoked_at, monthly_limit)
+         SELECT k.id AS key_id, k.prefix, k.created_at, k.revoked_at, k.monthly_limit,
+                coalesce(c.used, 0) AS used
+         FROM changed k
+         LEFT JOIN key_usage_counter c ON c.key_id = k.id AND c.month_start = $4",
+    )
+    .bind(key_id)
+    .bind(account_id)
+    .bind(monthly_limit)
+    .bind(month.start())
+    .fetch_optional(&state.db)
+    .await?;
+    let key = key.ok_or(ApiError::KeyNotFound)?;
+    // This replica follows at once; the others hear the trigger's notification.
+    state.key_limits.forget(key_id);
+    tracing::info!(account_id, key_id, monthly_limit, "api key limit changed");
+    Ok(key)
+}
+
+/// Sets or clears a key's monthly limit. A call through a key whose month is used up is
+/// refused with `429 KEY_QUOTA_EXCEEDED`; the account's other keys are unaffected.
+#[utoipa::path(patch, path = "/account/v1/keys/{key_id}", tag = "account",
+    security(("session" = [])),
+    params(("key_id" = i64, Path, description = "A `key_id` of this account")),
+    request_body = KeyLimitChange,
+    responses(
+        (status = 200, description = "The key with its new limit", body = KeySummary),
+        (status = 400, description = "MALFORMED_JSON: the body is not JSON", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
+        (status = 404, description = "KEY_NOT_FOUND: no key of this account has this id", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: the body exceeds 16 KiB", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: content-type is not application/json", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `monthly_limit` missing, or not null nor an integer >= 0", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
+    ))]
+pub async fn patch_key(
+    State(state): State<AppState>,
+    session: SessionPrincipal,
+    PathParams(key_id): PathParams<String>,
+    JsonBody(change): JsonBody<KeyLimitChangeBody>,
+) -> Result<Json<KeySummary>, ApiError> {
+    let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
+    let Some(limit) = change.0 else {
+        return Err(ApiError::Validation(
+            "monthly_limit is required (a number, or null to remove the limit)".into(),
+        ));
+    };
+    let limit = checked_limit(limit)?;
+    Ok(Json(
+        set_key_limit(&state, session.account_id, key_id, limit).await?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(json: &str) -> Option<Option<i64>> {
+        serde_json::from_str::<KeyLimitChangeBody>(json).unwrap().0
+    }
+
+    #[test]
+    fn a_limit_is_set_cleared_or_missing() {
+        assert_eq!(read(r#"{"monthly_limit": 5}"#), Some(Some(5)));
+        assert_eq!(read(r#"{"monthly_limit": null}"#), Some(None));
+        assert_eq!(read("{}"), None);
+        assert!(serde_json::from_str::<KeyLimitChangeBody>(r#"{"monthly_limit": 1.5}"#).is_err());
+        assert!(serde_json::from_str::<KeyLimitChangeBody>(r#"{"limit": 1}"#).is_err());
+    }
+
+    #[test]
+    fn limits_outside_the_range_are_refused() {
+        use super::super::keys::MAX_KEY_LIMIT;
+        assert!(checked_limit(Some(-1)).is_err());
+        assert!(checked_limit(Some(MAX_KEY_LIMIT + 1)).is_err());
+        assert_eq!(checked_limit(Some(0)).unwrap(), Some(0));
+        assert_eq!(checked_limit(None).unwrap(), None);
+    }
+}

@@ -1,0 +1,182 @@
+//! The statements of per-key limits (SPEC §13): reserving, renewing and returning a
+//! replica's block of a limited key (`key_quota_reservation`, see `key_limits.rs`),
+//! and what one accounting transaction adds to the per-key counters.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::event::UsageEvent;
+use super::spending::reservation_block;
+use crate::month::Month;
+
+/// How long a reservation lasts unless renewed.
+pub(super) const LEASE: Duration = Duration::from_secs(60);
+
+/// What a reservation found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Reserved {
+    pub limit: i64,
+    /// Units reserved (the call's cost included); 0 = refused.
+    pub block: i64,
+    /// Nothing is left even counting what other replicas hold.
+    pub used_up: bool,
+}
+
+/// Reserves a block of `key_id`'s units of `month` for `replica`, for a call of `cost`,
+/// under the key's row lock (so reservations of one key take turns across replicas).
+/// `None` when the key has no limit (or no longer exists).
+pub(super) async fn reserve_block(
+    conn: &mut sqlx::PgConnection,
+    key_id: i64,
+    month: Month,
+    replica: Uuid,
+    cost: i64,
+) -> Result<Option<Reserved>, sqlx::Error> {
+    let limit: Option<Option<i64>> =
+        sqlx::query_scalar("SELECT monthly_limit FROM api_key WHERE id = $1 FOR NO KEY UPDATE")
+            .bind(key_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some(limit) = limit.flatten() else {
+        return Ok(None);
+    };
+    // One statement, one snapshot: accounting moves units from "outstanding" to "used"
+    // in one transaction, so the two figures never miss or double a unit.
+    let (used, outstanding): (i64, i64) = sqlx::query_as(
+        "SELECT coalesce((SELECT used FROM key_usage_counter
+                          WHERE key_id = $1 AND month_start = $2), 0)::bigint,
+                coalesce((SELECT sum(greatest(granted - accounted, 0)) FROM key_quota_reservation
+                          WHERE key_id = $1 AND month_start = $2 AND expires_at > now()), 0)::bigint",
+    )
+    .bind(key_id)
+    .bind(month.start())
+    .fetch_one(&mut *conn)
+    .await?;
+    let block = reservation_block(limit - used - outstanding, cost);
+    if block > 0 {
+        sqlx::query(
+            "INSERT INTO key_quota_reservation (key_id, month_start, replica, granted, expires_at)
+             VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))
+             ON CONFLICT (key_id, month_start, replica) DO UPDATE
+                 SET granted = key_quota_reservation.granted + EXCLUDED.granted,
+                     expires_at = EXCLUDED.expires_at",
+        )
+        .bind(key_id)
+        .bind(month.start())
+        .bind(replica)
+        .bind(block)
+        .bind(LEASE.as_secs_f64())
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(Some(Reserved {
+        limit,
+        block,
+        used_up: reservation_block(limit - used, cost) == 0,
+    }))
+}
+
+/// Hands `units` of this replica's reservation of the key's `month` back.
+pub(super) async fn give_back(
+    conn: &mut sqlx::PgConnection,
+    key_id: i64,
+    month: Month,
+    replica: Uuid,
+    units: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE key_quota_reservation SET granted = greatest(granted - $4, accounted)
+         WHERE key_id = $1 AND month_start = $2 AND replica = $3",
+    )
+    .bind(key_id)
+    .bind(month.start())
+    .bind(replica)
+    .bind(units)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Renews this replica's reservations of `key_ids`.
+pub(super) async fn renew(db: &PgPool, key_ids: &[i64], replica: Uuid) -> Result<(), sqlx::Error> {
+    if key_ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE key_quota_reservation SET expires_at = now() + make_interval(secs => $3)
+         WHERE key_id = ANY($1) AND replica = $2",
+    )
+    .bind(key_ids)
+    .bind(replica)
+    .bind(LEASE.as_secs_f64())
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Adds the ledger rows just inserted to the per-key monthly counters, and moves the
+/// units of limited keys from "reserved by a replica" to "accounted". Rows of a key id
+/// that does not exist (an event delivered by hand) count for no key.
+pub(super) async fn record_keys(
+    conn: &mut sqlx::PgConnection,
+    accounted: &[&UsageEvent],
+) -> Result<(), sqlx::Error> {
+    if accounted.is_empty() {
+        return Ok(());
+    }
+    let mut per_key: BTreeMap<(i64, Month), (i64, i64)> = BTreeMap::new();
+    let mut reserved: BTreeMap<(i64, Month, Uuid), i64> = BTreeMap::new();
+    for e in accounted {
+        let month = Month::containing(e.occurred_at);
+        let counter = per_key.entry((e.key_id, month)).or_default();
+        counter.0 += e.cost;
+        counter.1 += 1;
+        if let Some(replica) = e.key_reserved_by {
+            *reserved.entry((e.key_id, month, replica)).or_default() += e.cost;
+        }
+    }
+    let keys: Vec<i64> = per_key.keys().map(|(k, _)| *k).collect();
+    let months: Vec<DateTime<Utc>> = per_key.keys().map(|(_, m)| m.start()).collect();
+    let used: Vec<i64> = per_key.values().map(|(u, _)| *u).collect();
+    let calls: Vec<i64> = per_key.values().map(|(_, c)| *c).collect();
+    sqlx::query(
+        "INSERT INTO key_usage_counter (key_id, month_start, used, calls)
+         SELECT u.key_id, u.month_start, u.used, u.calls
+         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
+              AS u(key_id, month_start, used, calls)
+         JOIN api_key k ON k.id = u.key_id
+         ON CONFLICT (key_id, month_start) DO UPDATE
+             SET used = key_usage_counter.used + EXCLUDED.used,
+                 calls = key_usage_counter.calls + EXCLUDED.calls",
+    )
+    .bind(keys)
+    .bind(months)
+    .bind(used)
+    .bind(calls)
+    .execute(&mut *conn)
+    .await?;
+    if reserved.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<i64> = reserved.keys().map(|(k, _, _)| *k).collect();
+    let months: Vec<DateTime<Utc>> = reserved.keys().map(|(_, m, _)| m.start()).collect();
+    let replicas: Vec<Uuid> = reserved.keys().map(|(_, _, r)| *r).collect();
+    let units: Vec<i64> = reserved.values().copied().collect();
+    sqlx::query(
+        "UPDATE key_quota_reservation r SET accounted = r.accounted + u.units
+         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::uuid[], $4::bigint[])
+             AS u(key_id, month_start, replica, units)
+         WHERE r.key_id = u.key_id AND r.month_start = u.month_start AND r.replica = u.replica",
+    )
+    .bind(keys)
+    .bind(months)
+    .bind(replicas)
+    .bind(units)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
