@@ -135,6 +135,23 @@ impl Config {
         {
             config.billing.stripe_webhook_secret = None;
         }
+        // Likewise an empty API key or event name means no meter export.
+        if config
+            .billing
+            .stripe_api_key
+            .as_ref()
+            .is_some_and(|t| t.expose_secret().trim().is_empty())
+        {
+            config.billing.stripe_api_key = None;
+        }
+        if config
+            .billing
+            .meter_event_name
+            .as_ref()
+            .is_some_and(|n| n.trim().is_empty())
+        {
+            config.billing.meter_event_name = None;
+        }
         config.notify.normalize();
         config.validate()?;
         Ok(config)
@@ -142,6 +159,7 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let fail = |msg: String| Err(ConfigError(msg));
+        self.billing.validate().map_err(ConfigError)?;
         if self.throttle.admission_percent > 100 {
             return fail(format!(
                 "throttle.admission_percent must be 0-100, got {}",
