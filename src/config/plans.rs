@@ -46,14 +46,18 @@ pub struct BillingConfig {
     /// The Stripe meter's `event_name`.
     pub meter_event_name: Option<String>,
     /// Seconds between an account's exports (≥ 1).
+    #[serde(deserialize_with = "lenient")]
     pub meter_interval_s: u64,
     /// Where Stripe's API is; tests point it at a local server.
     pub stripe_api_base: String,
     /// Bound of one meter event request, connection included.
+    #[serde(deserialize_with = "lenient")]
     pub meter_timeout_ms: u64,
     /// First wait after a retryable failure (429, 5xx, timeout); doubles per attempt.
+    #[serde(deserialize_with = "lenient")]
     pub meter_retry_initial_ms: u64,
     /// Longest wait between attempts.
+    #[serde(deserialize_with = "lenient")]
     pub meter_retry_max_ms: u64,
 }
 
