@@ -22,6 +22,7 @@ pub mod config;
 pub mod console;
 pub mod db;
 pub mod error;
+pub mod export;
 pub mod http;
 pub mod month;
 pub mod nats;

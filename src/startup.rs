@@ -367,8 +367,8 @@ fn start_throttler(
 }
 
 /// What runs beside the accounting consumer in the process that accounts usage (`serve`
-/// with a consumer, or `worker`): threshold webhook delivery and the ledger's next
-/// partitions, pushed onto `background`.
+/// with a consumer, or `worker`): threshold webhook delivery, the Stripe meter export and
+/// the ledger's next partitions, pushed onto `background`.
 fn start_accounting_chores(
     config: &Config,
     db: &PgPool,
@@ -376,6 +376,7 @@ fn start_accounting_chores(
     background: &mut Vec<JoinHandle<()>>,
 ) {
     background.extend(crate::notify::start(&config.notify, db, stop.clone()));
+    background.extend(crate::export::start(&config.billing, db, stop.clone()));
     background.push(tokio::spawn(usage::partitions::keep_ahead(
         db.clone(),
         stop.clone(),

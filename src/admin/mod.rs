@@ -2,6 +2,7 @@
 
 pub mod accounts;
 pub mod codes;
+pub mod exports;
 pub(crate) mod handlers;
 pub mod topups;
 
@@ -34,5 +35,10 @@ pub fn router() -> Router<AppState> {
         )
         .route("/admin/v1/reconcile", post(handlers::reconcile))
         .route("/admin/v1/codes", post(codes::create_codes))
+        .route("/admin/v1/usage/export", get(exports::usage_export))
+        .route(
+            "/admin/v1/accounts/{account_id}/exports",
+            get(exports::account_exports),
+        )
         .layer(DefaultBodyLimit::max(crate::account::MAX_BODY_BYTES))
 }

@@ -135,6 +135,23 @@ impl Config {
         {
             config.billing.stripe_webhook_secret = None;
         }
+        // Likewise an empty API key or event name means no meter export.
+        if config
+            .billing
+            .stripe_api_key
+            .as_ref()
+            .is_some_and(|t| t.expose_secret().trim().is_empty())
+        {
+            config.billing.stripe_api_key = None;
+        }
+        if config
+            .billing
+            .meter_event_name
+            .as_ref()
+            .is_some_and(|n| n.trim().is_empty())
+        {
+            config.billing.meter_event_name = None;
+        }
         config.notify.normalize();
         config.validate()?;
         Ok(config)
@@ -142,6 +159,7 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let fail = |msg: String| Err(ConfigError(msg));
+        self.billing.validate().map_err(ConfigError)?;
         if self.throttle.admission_percent > 100 {
             return fail(format!(
                 "throttle.admission_percent must be 0-100, got {}",
@@ -520,5 +538,53 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains('\n'), "{line}");
+    }
+
+    fn load_env(env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        Config::load(&Sources {
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            dir: DEFAULT_DIR.into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn the_meter_export_keys_have_their_defaults_and_take_the_environment() {
+        let config = load_env(&[]).unwrap();
+        assert_eq!(config.billing.meter_interval_s, 3600);
+        assert_eq!(config.billing.stripe_api_base, "https://api.stripe.com");
+        assert!(!config.billing.meter_export_on());
+
+        let config = load_env(&[
+            ("TOLLGATE__BILLING__STRIPE_API_KEY", "sk_test_secret_value"),
+            ("TOLLGATE__BILLING__METER_EVENT_NAME", "api_units"),
+            ("TOLLGATE__BILLING__METER_INTERVAL_S", "60"),
+            ("TOLLGATE__BILLING__STRIPE_API_BASE", "http://127.0.0.1:1"),
+        ])
+        .unwrap();
+        assert!(config.billing.meter_export_on());
+        assert_eq!(config.billing.meter_interval_s, 60);
+        assert!(!format!("{config:?}").contains("sk_test_secret_value"));
+
+        let blank = load_env(&[("TOLLGATE__BILLING__STRIPE_API_KEY", " ")]).unwrap();
+        assert!(blank.billing.stripe_api_key.is_none());
+    }
+
+    #[test]
+    fn bad_meter_export_keys_are_refused() {
+        for (key, value) in [
+            ("TOLLGATE__BILLING__METER_INTERVAL_S", "0"),
+            ("TOLLGATE__BILLING__METER_INTERVAL_S", "-1"),
+            ("TOLLGATE__BILLING__STRIPE_API_BASE", "not a url"),
+            ("TOLLGATE__BILLING__STRIPE_API_BASE", "ftp://stripe.example"),
+            ("TOLLGATE__BILLING__METER_RETRY_MAX_MS", "1"),
+            ("TOLLGATE__BILLING__METER_EVENTNAME", "api_units"),
+        ] {
+            let line = load_env(&[(key, value)]).unwrap_err().to_string();
+            assert!(line.contains("billing"), "{key}={value}: {line}");
+        }
     }
 }

@@ -79,13 +79,88 @@ fn checkout_url_problem(url: &str) -> Option<&'static str> {
     }
 }
 
-/// `[billing]`: payment webhooks.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `[billing]`: payment webhooks and the Stripe meter export (SPEC §11, §14).
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BillingConfig {
     /// The endpoint's signing secret (`whsec_…`); unset or blank = `/billing/v1/stripe`
     /// absent.
     pub stripe_webhook_secret: Option<SecretString>,
+    /// The Stripe secret key meter events are sent with; with `meter_event_name`, the
+    /// meter export is on.
+    pub stripe_api_key: Option<SecretString>,
+    /// The Stripe meter's `event_name`.
+    pub meter_event_name: Option<String>,
+    /// Seconds between an account's exports (≥ 1).
+    #[serde(deserialize_with = "lenient")]
+    pub meter_interval_s: u64,
+    /// Where Stripe's API is; tests point it at a local server.
+    pub stripe_api_base: String,
+    /// Bound of one meter event request, connection included.
+    #[serde(deserialize_with = "lenient")]
+    pub meter_timeout_ms: u64,
+    /// First wait after a retryable failure (429, 5xx, timeout); doubles per attempt.
+    #[serde(deserialize_with = "lenient")]
+    pub meter_retry_initial_ms: u64,
+    /// Longest wait between attempts.
+    #[serde(deserialize_with = "lenient")]
+    pub meter_retry_max_ms: u64,
+}
+
+impl Default for BillingConfig {
+    fn default() -> Self {
+        Self {
+            stripe_webhook_secret: None,
+            stripe_api_key: None,
+            meter_event_name: None,
+            meter_interval_s: 3600,
+            stripe_api_base: "https://api.stripe.com".to_owned(),
+            meter_timeout_ms: 10_000,
+            meter_retry_initial_ms: 1_000,
+            meter_retry_max_ms: 600_000,
+        }
+    }
+}
+
+impl BillingConfig {
+    /// Whether usage is exported to Stripe: the API key and the event name both set.
+    pub fn meter_export_on(&self) -> bool {
+        self.stripe_api_key.is_some() && self.meter_event_name.is_some()
+    }
+
+    /// Checks the meter export's keys.
+    pub(super) fn validate(&self) -> Result<(), String> {
+        if self.meter_interval_s == 0 {
+            return Err("billing.meter_interval_s must be at least 1".into());
+        }
+        if self.meter_timeout_ms == 0 || self.meter_retry_initial_ms == 0 {
+            return Err(
+                "billing.meter_timeout_ms and billing.meter_retry_initial_ms must be at least 1"
+                    .into(),
+            );
+        }
+        if self.meter_retry_max_ms < self.meter_retry_initial_ms {
+            return Err(
+                "billing.meter_retry_max_ms must not be less than billing.meter_retry_initial_ms"
+                    .into(),
+            );
+        }
+        match reqwest::Url::parse(&self.stripe_api_base) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+            _ => {
+                return Err(format!(
+                    "billing.stripe_api_base is not an http(s) URL: `{}`",
+                    self.stripe_api_base
+                ));
+            }
+        }
+        if let Some(name) = &self.meter_event_name
+            && (name.is_empty() || name.len() > 100 || name.chars().any(char::is_control))
+        {
+            return Err("billing.meter_event_name must have 1 to 100 printable bytes".into());
+        }
+        Ok(())
+    }
 }
 
 /// Why `name` cannot be a plan name: it must have 1 to 64 characters, none of them

@@ -8,7 +8,10 @@ use utoipa::{Modify, OpenApi};
 
 use crate::account::{key_limit, keys, plans, redeem, signup, usage};
 use crate::admin::handlers as admin;
-use crate::admin::{accounts as admin_accounts, codes as admin_codes, topups as admin_topups};
+use crate::admin::{
+    accounts as admin_accounts, codes as admin_codes, exports as admin_exports,
+    topups as admin_topups,
+};
 use crate::billing::webhook as billing;
 use crate::config::Config;
 
@@ -42,6 +45,8 @@ pub struct ApiDoc;
         admin_accounts::list_accounts,
         admin_accounts::daily_usage,
         admin_codes::create_codes,
+        admin_exports::usage_export,
+        admin_exports::account_exports,
     ),
     modifiers(&AdminSecurity),
 )]
@@ -136,7 +141,7 @@ mod tests {
     fn every_operation_documents_every_error_it_can_answer() {
         let doc = document();
         let operations = operations(&doc);
-        assert_eq!(operations.len(), 17, "an operation was added or lost");
+        assert_eq!(operations.len(), 19, "an operation was added or lost");
         for (method, path, operation) in operations {
             let responses = operation["responses"].as_object().expect("responses");
             let missing = |statuses: &[&str]| -> Vec<String> {

@@ -371,6 +371,7 @@ impl Accountant {
         // Units beyond the allowance are paid from credit, earliest expiry first.
         let mut credits = load_credits(&mut tx, &locked).await?;
         let mut spent: Vec<(i64, i64)> = Vec::new();
+        let mut paid_in: Vec<(i64, DateTime<Utc>, i64)> = Vec::new();
         for ((account_id, month), added) in &per_month {
             let (Some(list), Some(allowance)) = (
                 credits.get_mut(account_id),
@@ -390,9 +391,11 @@ impl Accountant {
                     c.remaining -= take;
                 }
                 spent.push((id, take));
+                paid_in.push((*account_id, month.start(), take));
             }
         }
         spend(&mut tx, &spent).await?;
+        super::credits_spent::record(&mut tx, &paid_in).await?;
 
         // Thresholds crossed by this batch go out with it, or not at all.
         let mut recorded = 0;

@@ -6,6 +6,7 @@
 //! current month is used up.
 
 pub mod announce;
+mod credits_spent;
 pub mod endings;
 pub mod event;
 pub mod grants;

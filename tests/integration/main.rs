@@ -10,6 +10,7 @@ mod billing;
 mod common;
 mod config;
 mod console;
+mod export;
 mod jetstream;
 mod key_cache;
 mod key_limits;

@@ -52,6 +52,11 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut Config)) -> TestApp {
 }
 
 impl TestApp {
+    /// The gateway's database.
+    pub fn pool(&self) -> &sqlx::PgPool {
+        &self._db.pool
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }

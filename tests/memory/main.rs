@@ -6,6 +6,7 @@
 mod db;
 
 mod app;
+mod export;
 mod hashing;
 mod streaming;
 
