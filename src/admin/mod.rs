@@ -11,7 +11,8 @@ use axum::routing::{get, post};
 
 use crate::state::AppState;
 
-pub use handlers::{SubscriptionCreated, SubscriptionRequest};
+pub use crate::usage::subscriptions::SubscriptionCreated;
+pub use handlers::SubscriptionRequest;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -34,5 +35,5 @@ pub fn router() -> Router<AppState> {
         )
         .route("/admin/v1/reconcile", post(handlers::reconcile))
         .route("/admin/v1/codes", post(codes::create_codes))
-        .layer(DefaultBodyLimit::max(crate::account::MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(crate::http::limits::MAX_BODY_BYTES))
 }

@@ -1,6 +1,8 @@
 //! The public router: account, admin, billing and operations routes, with the proxy as the
 //! fallback for its two prefixes, under one observability middleware.
 
+mod catalogue_doc;
+pub mod limits;
 mod observe;
 pub mod openapi;
 mod ops;
