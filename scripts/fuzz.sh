@@ -147,21 +147,32 @@ export TOLLGATE_FUZZ_API_KEY TOLLGATE_FUZZ_SESSION TOLLGATE_FUZZ_ADMIN_TOKEN=$AD
 # dictionaries) so the operations on one thing reach a 2xx, not only a 404: the accounts'
 # ids, keys of the fuzzed account other than the one the API-key operations use (revoking
 # that one would leave them only 401), and unredeemed codes of a catalogue plan.
-: >"$OUT/accounts.dict"
+accounts=()
 for _ in 1 2 3; do
     account=$(curl -fsS -X POST "$BASE/account/v1/signup" -H 'content-type: application/json' \
         -d "{\"email\":\"fuzz-$(date +%s%N)@example.com\",\"password\":\"fuzz password\"}")
-    echo "\"$(field account_id <<<"$account")\"" >>"$OUT/accounts.dict"
+    accounts+=("$(field account_id <<<"$account")")
 done
-: >"$OUT/keys.dict"
+keys=()
 for _ in $(seq 1 20); do
     key=$(curl -fsS -X POST "$BASE/account/v1/keys" -H "authorization: Bearer $TOLLGATE_FUZZ_SESSION")
-    echo "\"$(field key_id <<<"$key")\"" >>"$OUT/keys.dict"
+    keys+=("$(field key_id <<<"$key")")
 done
 plan=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["components"]["schemas"]["CodesRequest"]["properties"]["plan"]["enum"][0])' <"$OUT/openapi.json")
-curl -fsS -X POST "$BASE/admin/v1/codes" -H "authorization: Bearer $ADMIN_TOKEN" \
+codes=$(curl -fsS -X POST "$BASE/admin/v1/codes" -H "authorization: Bearer $ADMIN_TOKEN" \
     -H 'content-type: application/json' -d "{\"plan\":\"$plan\",\"months\":1,\"count\":1000}" |
-    python3 -c 'import json, sys; [print(json.dumps(c)) for c in json.load(sys.stdin)["codes"]]' >"$OUT/codes.dict"
+    python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["codes"]))')
+{
+    cat scripts/schemathesis.toml
+    echo
+    echo "[dictionaries.accounts]"
+    echo "values = [$(IFS=,; echo "${accounts[*]}")]"
+    echo "[dictionaries.keys]"
+    echo "values = [$(IFS=,; echo "${keys[*]}")]"
+    echo "[dictionaries.codes]"
+    echo "values = $codes"
+} >"$OUT/schemathesis.toml"
+export TOLLGATE_FUZZ_WEBHOOK_SECRET=whsec_fuzz
 
 # --- 3. schemathesis ------------------------------------------------------------------
 if [ ! -x "$VENV/bin/schemathesis" ]; then
@@ -177,7 +188,8 @@ seed_args=()
 if [ -n "${FUZZ_SEED:-}" ]; then seed_args=(--seed "$FUZZ_SEED"); fi
 st_status=0
 timeout --signal=INT --kill-after=60 "$TIMEOUT" \
-    "$VENV/bin/schemathesis" --config-file scripts/schemathesis.toml --no-color \
+    env SCHEMATHESIS_HOOKS=fuzz_hooks PYTHONPATH=scripts \
+    "$VENV/bin/schemathesis" --config-file "$OUT/schemathesis.toml" --no-color \
     run "$BASE/openapi.json" \
     --checks all \
     --max-examples "$EXAMPLES" \
