@@ -57,7 +57,9 @@ ADMIN_TOKEN=${TOLLGATE_DEMO_ADMIN_TOKEN:-demo-admin-token}
 DATABASE=${TOLLGATE_DEMO_DATABASE:-tollgate_demo}
 # The plan catalogue ([[plans]] cannot come from environment variables).
 DEMO_CONFIG=scripts/demo.toml
-LOG_DIR=.tollgate/demo
+# Each instance its own log folder, named by its gateway's port: a second demo on other
+# ports never truncates the first one's logs.
+LOG_DIR=.tollgate/demo/${GATEWAY_ADDR##*:}
 mkdir -p "$LOG_DIR"
 
 # shellcheck source=scripts/ensure-postgres.sh
@@ -67,8 +69,10 @@ if [ "$JETSTREAM" = 1 ]; then
     source scripts/ensure-nats.sh
 fi
 
-echo "building tollgate and the demo upstream..."
-cargo build --quiet --locked --bin tollgate --example demo_upstream
+# Cargo's own progress, so a first build (a few minutes on two cores; seconds once built)
+# does not look hung.
+echo "building tollgate and the demo upstream (the first build takes a few minutes)..."
+cargo build --locked --bin tollgate --example demo_upstream
 
 PIDS=()
 cleanup() {

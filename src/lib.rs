@@ -27,6 +27,7 @@ pub mod http;
 pub mod month;
 pub mod nats;
 pub mod notify;
+pub mod plan;
 #[cfg(test)]
 mod prop_support;
 pub mod proxy;

@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::account::limits::AccountLimits;
+use crate::auth::account_limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
 use crate::auth::limits::FailureLimiter;
 use crate::auth::password::Passwords;

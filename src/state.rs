@@ -7,12 +7,14 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use axum::extract::FromRef;
 use sqlx::PgPool;
 
-use crate::account::limits::AccountLimits;
+use crate::auth::account_limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
 use crate::auth::limits::FailureLimiter;
 use crate::auth::password::Passwords;
+use crate::auth::{AuthParts, AuthState};
 use crate::config::Config;
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
@@ -26,7 +28,14 @@ use crate::usage::subscriptions::Allocation;
 /// What every handler can reach: one shared allocation, so the router's per-request
 /// clones cost one reference count.
 #[derive(Clone)]
-pub struct AppState(Arc<Shared>);
+pub struct AppState(Arc<Parts>);
+
+/// The services, and the sub-state authentication takes (built once, from the same
+/// services).
+struct Parts {
+    shared: Shared,
+    auth: AuthState,
+}
 
 /// The services behind [`AppState`].
 pub struct Shared {
@@ -57,7 +66,18 @@ pub struct Shared {
 
 impl AppState {
     pub fn new(shared: Shared) -> Self {
-        Self(Arc::new(shared))
+        let auth = AuthState::new(AuthParts {
+            db: shared.db.clone(),
+            keys: shared.keys.clone(),
+            config: shared.config.clone(),
+        });
+        Self(Arc::new(Parts { shared, auth }))
+    }
+}
+
+impl FromRef<AppState> for AuthState {
+    fn from_ref(state: &AppState) -> AuthState {
+        state.0.auth.clone()
     }
 }
 
@@ -65,7 +85,7 @@ impl std::ops::Deref for AppState {
     type Target = Shared;
 
     fn deref(&self) -> &Shared {
-        &self.0
+        &self.0.shared
     }
 }
 

@@ -213,12 +213,13 @@ pub async fn create_key(
 /// Keys per page of [`list_keys`] when `?limit=` is absent.
 const DEFAULT_PAGE: u32 = 100;
 /// Most keys one page holds.
-const MAX_PAGE: u32 = 1000;
+pub(crate) const MAX_PAGE: u32 = 1000;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct KeyPage {
     /// Keys per page, 1-1000; 100 when absent.
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
     /// Only keys with a larger `key_id` (the last one of the previous page).
     pub after: Option<i64>,

@@ -7,7 +7,6 @@
 pub mod client;
 pub mod key_limit;
 pub mod keys;
-pub mod limits;
 pub mod plans;
 pub mod redeem;
 pub mod signup;
@@ -22,8 +21,8 @@ use crate::state::AppState;
 pub use keys::{KeyCreated, KeySummary};
 pub use signup::{LoginRequest, LoginResponse, SignupRequest, SignupResponse};
 
-/// Largest JSON body the account API reads.
-pub const MAX_BODY_BYTES: usize = 16 * 1024;
+pub use crate::auth::account_limits as limits;
+pub use crate::http::limits::MAX_BODY_BYTES;
 
 pub fn router() -> Router<AppState> {
     Router::new()

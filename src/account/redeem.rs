@@ -17,14 +17,12 @@ use utoipa::ToSchema;
 
 use super::client::ClientIp;
 
-use crate::admin::SubscriptionCreated;
-use crate::admin::handlers::activation_error;
 use crate::auth::SessionPrincipal;
 use crate::auth::token::{REDEMPTION_CODE_PREFIX, TokenHash, plausible};
 use crate::error::{ApiError, ErrorBody, JsonBody};
 use crate::state::AppState;
 use crate::usage::rules::Enforcement;
-use crate::usage::subscriptions::NewSubscription;
+use crate::usage::subscriptions::{NewSubscription, SubscriptionCreated};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -129,8 +127,7 @@ async fn redeem_code(
     let activated = state
         .allocation
         .activate_in(&mut tx, account_id, &new, now)
-        .await
-        .map_err(activation_error)?;
+        .await?;
     sqlx::query("UPDATE redemption_code SET subscription_id = $1 WHERE id = $2")
         .bind(activated.subscription.id)
         .bind(claimed.id)

@@ -120,7 +120,11 @@ fn normalize_email(raw: &str) -> Result<String, ApiError> {
     if valid {
         Ok(email)
     } else {
-        Err(ApiError::Validation("email is not a valid address".into()))
+        Err(ApiError::Validation(format!(
+            "email must be an address like ann@example.com: at most {MAX_EMAIL_CHARS} \
+             characters, one @ after at least one character, a domain with a dot inside \
+             it, no spaces or control characters"
+        )))
     }
 }
 

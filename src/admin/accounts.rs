@@ -21,13 +21,16 @@ const DEFAULT_LIMIT: i64 = 50;
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AccountListQuery {
-    /// A part of the email, or an account id.
+    /// A part of the email, or an account id: at most 254 characters, no NUL.
+    #[param(max_length = 254, pattern = r"^[^\u0000]*$")]
     pub q: Option<String>,
     /// `true`: only accounts with nothing left this month.
     pub exhausted: Option<bool>,
     /// 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` of the previous page (digits; empty for the first page).
+    #[param(pattern = "^[0-9]{0,18}$")]
     pub cursor: Option<String>,
 }
 
@@ -104,19 +107,25 @@ pub async fn list_accounts(
 pub(crate) fn cursor_of(cursor: Option<&str>) -> Result<i64, ApiError> {
     match cursor {
         None | Some("") => Ok(0),
-        Some(c) => c
-            .parse()
-            .map_err(|_| ApiError::Validation("cursor is not one this API gave".into())),
+        // The document's pattern: up to 18 digits, so every cursor it allows parses.
+        Some(c) if c.len() <= 18 && c.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok(c.parse().expect("18 digits fit an i64"))
+        }
+        Some(_) => Err(ApiError::Validation(
+            "cursor is not one this API gave (up to 18 digits)".into(),
+        )),
     }
 }
 
-/// The search text, trimmed (none when empty); refused when too long to be an email.
+/// The search text, trimmed (none when empty); refused when, as given, it is too long to
+/// be an email or holds a NUL (the document's `maxLength` and pattern).
 pub(crate) fn search_of(q: Option<&str>) -> Result<Option<&str>, ApiError> {
-    let q = q.map(str::trim).filter(|q| !q.is_empty());
     if q.is_some_and(|q| q.chars().count() > 254 || q.contains('\0')) {
-        return Err(ApiError::Validation("q is too long".into()));
+        return Err(ApiError::Validation(
+            "q must have at most 254 characters and no NUL".into(),
+        ));
     }
-    Ok(q)
+    Ok(q.map(str::trim).filter(|q| !q.is_empty()))
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]

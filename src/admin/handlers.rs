@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use utoipa::ToSchema;
 
 use crate::account::usage::{MonthQuery, usage_response};
@@ -15,8 +15,8 @@ use crate::state::AppState;
 use crate::throttle::ReconcileReport;
 use crate::usage::UsageReport;
 use crate::usage::reconcile::{ReconcileError, reconcile_markers};
-use crate::usage::rules::{Enforcement, Subscription};
-use crate::usage::subscriptions::{ActivationError, NewSubscription};
+use crate::usage::rules::Enforcement;
+use crate::usage::subscriptions::{ActivationError, NewSubscription, SubscriptionCreated};
 
 /// Unknown fields are refused: a misspelt `expires_at` must not silently become an
 /// open-ended subscription. A `plan` naming a catalogue plan may leave out its figures
@@ -24,14 +24,14 @@ use crate::usage::subscriptions::{ActivationError, NewSubscription};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubscriptionRequest {
-    /// A catalogue plan, or free text of 1 to 64 characters, none of them a control
-    /// character, once surrounding whitespace is trimmed; `free` (in any case) is
-    /// reserved.
+    /// A catalogue plan, or free text of 1 to 64 characters once surrounding whitespace
+    /// is trimmed: ASCII letters, digits, spaces and `. _ - + / : ( ) & # , '`, starting
+    /// with a letter or digit; `free` (in any case) is reserved.
     // The pattern is `validate` as a regular expression: whitespace as Rust's `trim` sees
-    // it, not `free`, 1 to 64 characters without a control character that neither start
-    // nor end with whitespace, whitespace.
+    // it, not `free`, a letter or digit, up to 63 more of the set ending in one that is
+    // not a space, whitespace.
     #[schema(
-        pattern = r"^[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*(?![Ff][Rr][Ee][Ee][\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$)[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000](?:[^\u0000-\u001f\u007f-\u009f]{0,62}[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000])?[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$",
+        pattern = r"^[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*(?![Ff][Rr][Ee][Ee][\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$)[A-Za-z0-9](?:[A-Za-z0-9 ._+/:()&#,'-]{0,62}[A-Za-z0-9._+/:()&#,'-])?[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$",
         example = "pro"
     )]
     pub plan: String,
@@ -62,37 +62,6 @@ where
     T: Deserialize<'de>,
 {
     Option::<T>::deserialize(deserializer).map(Some)
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SubscriptionCreated {
-    #[schema(minimum = 1)]
-    pub subscription_id: i64,
-    #[schema(minimum = 1)]
-    pub account_id: i64,
-    /// As given, surrounding whitespace trimmed.
-    pub plan: String,
-    #[schema(minimum = 0)]
-    pub monthly_allowance: i64,
-    pub starts_at: DateTime<Utc>,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub daily_allowance: Option<i64>,
-    pub enforcement: Enforcement,
-}
-
-impl From<Subscription> for SubscriptionCreated {
-    fn from(sub: Subscription) -> Self {
-        Self {
-            subscription_id: sub.id,
-            account_id: sub.account_id,
-            plan: sub.plan,
-            monthly_allowance: sub.monthly_allowance,
-            starts_at: sub.starts_at,
-            expires_at: sub.expires_at,
-            daily_allowance: sub.daily_allowance,
-            enforcement: sub.enforcement,
-        }
-    }
 }
 
 /// An id that is not a number names no account.
@@ -164,10 +133,7 @@ pub(crate) fn validate(
 
 /// Maps the allocation service's refusals to the API's.
 pub(crate) fn activation_error(err: ActivationError) -> ApiError {
-    match err {
-        ActivationError::AccountNotFound => ApiError::AccountNotFound,
-        ActivationError::Database(e) => ApiError::from(e),
-    }
+    ApiError::from(err)
 }
 
 /// Activates a paid subscription and writes its current-month snapshot. A catalogue
@@ -360,7 +326,7 @@ mod prop_tests {
 
     fn plan_char() -> impl Strategy<Value = char> {
         prop_oneof![
-            8 => prop::sample::select(vec!['p', 'R', 'o', 'f', 'F', 'r', 'e', 'E', '-', 'é', 'İ']),
+            8 => prop::sample::select(vec!['p', 'R', 'o', 'f', 'F', 'r', 'e', 'E', '-', 'é', 'İ', '7', '(', '\'', ' ', '.']),
             2 => space(),
             1 => prop::sample::select(vec!['\0', '\u{1}', '\u{1f}', '\u{7f}', '\u{9f}']),
             1 => any::<char>(),
@@ -374,6 +340,7 @@ mod prop_tests {
             prop::collection::vec(plan_char(), 0..8).prop_map(String::from_iter),
             (1..=MAX_PLAN_CHARS + 2).prop_map(|n| "p".repeat(n)),
             (1..=MAX_PLAN_CHARS + 2).prop_map(|n| format!("é{}é", " ".repeat(n))),
+            (1..=MAX_PLAN_CHARS + 2).prop_map(|n| format!("P{})", " ".repeat(n))),
         ];
         (pad(), core, pad()).prop_map(|(a, b, c)| format!("{a}{b}{c}"))
     }

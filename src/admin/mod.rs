@@ -12,7 +12,8 @@ use axum::routing::{get, post};
 
 use crate::state::AppState;
 
-pub use handlers::{SubscriptionCreated, SubscriptionRequest};
+pub use crate::usage::subscriptions::SubscriptionCreated;
+pub use handlers::SubscriptionRequest;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -40,5 +41,5 @@ pub fn router() -> Router<AppState> {
             "/admin/v1/accounts/{account_id}/exports",
             get(exports::account_exports),
         )
-        .layer(DefaultBodyLimit::max(crate::account::MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(crate::http::limits::MAX_BODY_BYTES))
 }

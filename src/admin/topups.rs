@@ -14,14 +14,14 @@ use crate::month::storable;
 use crate::state::AppState;
 
 /// Largest top-up at once.
-const MAX_CALLS: i64 = 1_000_000_000_000;
+pub(crate) const MAX_CALLS: i64 = 1_000_000_000_000;
 
 /// Unknown fields are refused, as for subscriptions.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrantRequest {
-    /// Units of credit, at least 1.
-    #[schema(minimum = 1)]
+    /// Units of credit, 1 to 10^12.
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_i64)]
     pub calls: i64,
     /// When the credit lapses (exclusive); `null` for never.
     pub expires_at: Option<DateTime<Utc>>,

@@ -1,11 +1,14 @@
 //! Who is calling: API-key, session, account and admin principals.
 //!
-//! Each principal is a `FromRequestParts` extractor over [`AppState`]; handlers name the
-//! principal they need and never see a credential. Token format and hashing live in
+//! Each principal is a `FromRequestParts` extractor over any state that gives an
+//! [`AuthState`] (axum `FromRef`): what authentication reads, and nothing of the routers'
+//! state. Handlers name the principal they need and never see a credential. Token format and hashing live in
 //! [`token`], password hashing in [`password`], the per-replica key cache in
-//! [`key_cache`], failed-attempt limits in [`limits`]; refusals of unauthenticated
+//! [`key_cache`], failed-attempt limits in [`limits`] (the account API's in
+//! [`account_limits`]); refusals of unauthenticated
 //! requests are counted and sparingly logged by [`refusal`].
 
+pub mod account_limits;
 pub mod admin;
 pub mod api_key;
 pub mod key_cache;
@@ -14,24 +17,30 @@ pub mod password;
 pub mod principal;
 pub mod refusal;
 pub mod session;
+pub mod state;
 pub mod token;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 
 use crate::error::ApiError;
-use crate::state::AppState;
 
 pub use admin::AdminPrincipal;
 use api_key::authenticate_key;
 pub use principal::{AccountPrincipal, ApiKeyPrincipal, SessionPrincipal};
 use session::authenticate_session;
+pub use state::{AuthParts, AuthState};
 use token::bearer;
 
-impl FromRequestParts<AppState> for ApiKeyPrincipal {
+impl<S> FromRequestParts<S> for ApiKeyPrincipal
+where
+    AuthState: FromRef<S>,
+    S: Send + Sync,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let state = AuthState::from_ref(state);
         authenticate_key(
             &state.db,
             &state.keys,
@@ -42,21 +51,30 @@ impl FromRequestParts<AppState> for ApiKeyPrincipal {
     }
 }
 
-impl FromRequestParts<AppState> for SessionPrincipal {
+impl<S> FromRequestParts<S> for SessionPrincipal
+where
+    AuthState: FromRef<S>,
+    S: Send + Sync,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        authenticate_session(&state.db, &parts.headers).await
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        authenticate_session(&AuthState::from_ref(state).db, &parts.headers).await
     }
 }
 
-impl FromRequestParts<AppState> for AccountPrincipal {
+impl<S> FromRequestParts<S> for AccountPrincipal
+where
+    AuthState: FromRef<S>,
+    S: Send + Sync,
+{
     type Rejection = ApiError;
 
     /// A bearer session wins when one is sent; otherwise the API key header is tried.
     /// Like every account route, a bad or missing credential is `UNAUTHORIZED`, here
     /// with a message naming both credentials the route takes.
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let state = AuthState::from_ref(state);
         let key_header = state.config.upstream.key_header.as_str();
         let refused = || ApiError::SessionOrKeyRequired(key_header.to_owned());
         if bearer(&parts.headers).is_some() {

@@ -44,8 +44,8 @@ static BAD_SIGNATURE_LOG: LazyLock<RateLimitedLog> = LazyLock::new(RateLimitedLo
 #[utoipa::path(post, path = "/billing/v1/stripe", tag = "billing",
     params(("Stripe-Signature" = String, Header,
         description = "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, t + \".\" + body)>")),
-    request_body(content = String, content_type = "application/json",
-        description = "A Stripe event, exactly as Stripe sent it."),
+    request_body(content = Object, content_type = "application/json",
+        description = "A Stripe event (a JSON object), exactly as Stripe sent it."),
     responses(
         (status = 200, description = "Processed, or recorded and ignored", body = EventReceived),
         (status = 400, description = "BAD_SIGNATURE: missing, invalid or stale signature (or MALFORMED_JSON: a signed body that is not an event)", body = ErrorBody),

@@ -11,7 +11,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::de::lenient;
-use crate::usage::rules::{Enforcement, FREE_PLAN};
+use crate::plan::{Enforcement, FREE_PLAN};
 
 /// Longest plan name, in characters.
 pub const MAX_PLAN_CHARS: usize = 64;
@@ -163,17 +163,27 @@ impl BillingConfig {
     }
 }
 
-/// Why `name` cannot be a plan name: it must have 1 to 64 characters, none of them
-/// control characters, and not be `free` in any case. `name` is taken as given
-/// (callers trim first when they accept surrounding blanks).
+/// The characters a plan name may hold besides ASCII letters and digits (and `' '`
+/// only inside a name).
+pub const PLAN_PUNCTUATION: &str = " ._-+/:()&#,'";
+
+/// What a plan name may be, as the API's refusals say it.
+pub const PLAN_NAME_RULE: &str = "plan must be 1 to 64 characters: ASCII letters, digits, \
+    spaces and . _ - + / : ( ) & # , ' — starting with a letter or digit, not ending \
+    with a space; `free` is reserved";
+
+/// Why `name` cannot be a plan name: it must have 1 to 64 characters, the first an ASCII
+/// letter or digit, the others those or [`PLAN_PUNCTUATION`], the last not a space, and
+/// not be `free` in any case. `name` is taken as given (callers trim first when they
+/// accept surrounding blanks).
 pub fn plan_name_problem(name: &str) -> Option<String> {
-    if name.is_empty()
-        || name.chars().count() > MAX_PLAN_CHARS
-        || name.chars().any(char::is_control)
-    {
-        return Some(format!(
-            "plan must have 1 to {MAX_PLAN_CHARS} printable characters"
-        ));
+    let allowed = |c: char| c.is_ascii_alphanumeric() || PLAN_PUNCTUATION.contains(c);
+    let valid = name.chars().count() <= MAX_PLAN_CHARS
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && !name.ends_with(' ')
+        && name.chars().all(allowed);
+    if !valid {
+        return Some(PLAN_NAME_RULE.to_owned());
     }
     if name.eq_ignore_ascii_case(FREE_PLAN) {
         return Some(format!("plan `{FREE_PLAN}` is reserved"));

@@ -25,6 +25,12 @@ use crate::usage::rules::active_subscription;
 use crate::usage::series;
 use crate::usage::topups::topups_of;
 
+/// Date fields are plain text in one stated format: a browser's `datetime-local` field
+/// shows the reader's locale (US month-first, say) under a "UTC" label.
+const DATE_HINT: &str = "now";
+const DATE_TITLE: &str =
+    "UTC, as YYYY-MM-DD HH:MM (or YYYY-MM-DD for midnight, or RFC 3339 with an offset)";
+
 /// Keys and top-ups listed at most (the newest top-ups, the oldest keys).
 const LISTED: i64 = 100;
 
@@ -210,8 +216,8 @@ fn subscription_form(
                     option value="hard" selected[enforcement == "hard"] { "hard" }
                 }
             }
-            label { "Starts (UTC)" input name="starts_at" type="datetime-local" value=(value(&fields.starts_at)); }
-            label { "Expires (UTC)" input name="expires_at" type="datetime-local" value=(value(&fields.expires_at)); }
+            label { "Starts, UTC (YYYY-MM-DD HH:MM)" input name="starts_at" placeholder=(DATE_HINT) title=(DATE_TITLE) value=(value(&fields.starts_at)); }
+            label { "Expires, UTC (YYYY-MM-DD HH:MM)" input name="expires_at" placeholder="never" title=(DATE_TITLE) value=(value(&fields.expires_at)); }
             button type="submit" { "Add subscription" }
         }
     }
@@ -227,7 +233,7 @@ fn top_up_form(csrf: &str, account_id: i64, echo: Option<&(TopUpFields, String)>
             @if let Some(error) = error { p.flash.error role="alert" { (error) } }
             (csrf_field(csrf))
             label { "Units" input name="calls" inputmode="numeric" required value=(fields.calls.unwrap_or_default()); }
-            label { "Expires (UTC)" input name="expires_at" type="datetime-local" value=(fields.expires_at.unwrap_or_default()); }
+            label { "Expires, UTC (YYYY-MM-DD HH:MM)" input name="expires_at" placeholder="never" title=(DATE_TITLE) value=(fields.expires_at.unwrap_or_default()); }
             button type="submit" { "Add top-up" }
         }
     }

@@ -22,7 +22,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::response::Redirect;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 
 use crate::state::AppState;
 
@@ -50,7 +50,7 @@ pub fn router() -> Router<AppState> {
             "/console/accounts/{account_id}/top-ups",
             post(forms::add_top_up),
         )
-        .route("/console/{*rest}", get(page::unknown).post(page::unknown))
+        .route("/console/{*rest}", any(page::unknown))
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
         .layer(middleware::from_fn(page::security_headers))
 }

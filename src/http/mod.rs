@@ -1,6 +1,8 @@
 //! The public router: account, admin, billing and operations routes, with the proxy as the
 //! fallback for its two prefixes, under one observability middleware.
 
+mod catalogue_doc;
+pub mod limits;
 mod observe;
 pub mod openapi;
 mod ops;
@@ -58,9 +60,11 @@ async fn fallback(
     }
 }
 
-/// A known path with another method is not one of the SPEC's routes: 404.
+/// A known path with another method: `405`, axum adding the `Allow` header that lists the
+/// methods the path takes (SPEC §3.1, third contract round). Only a route's own method
+/// router calls this, so a 404 never carries `Allow`.
 async fn method_not_allowed() -> ApiError {
-    ApiError::NotFound
+    ApiError::MethodNotAllowed
 }
 
 /// The metrics listener of `tollgate worker`, which has no public listener: `/metrics`

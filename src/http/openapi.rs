@@ -84,8 +84,8 @@ fn bearer() -> SecurityScheme {
 }
 
 /// The document of the routes this gateway serves: the admin API only when it is on,
-/// and the API-key header this gateway is configured to read.
-pub fn document(config: &Config) -> utoipa::openapi::OpenApi {
+/// the API-key header this gateway is configured to read, and the catalogue's rules.
+pub fn document(config: &Config) -> serde_json::Value {
     let mut doc = ApiDoc::openapi();
     if config.admin.token.is_some() {
         doc.merge(AdminDoc::openapi());
@@ -101,12 +101,14 @@ pub fn document(config: &Config) -> utoipa::openapi::OpenApi {
             ))),
         );
     }
+    let mut doc = serde_json::to_value(doc).expect("the document serializes");
+    super::catalogue_doc::apply(&mut doc, &config.plans);
     doc
 }
 
 pub async fn serve(
     axum::extract::State(state): axum::extract::State<crate::state::AppState>,
-) -> Json<utoipa::openapi::OpenApi> {
+) -> Json<serde_json::Value> {
     Json(document(&state.config))
 }
 
@@ -114,9 +116,9 @@ pub async fn serve(
 mod tests {
     use serde_json::Value;
 
-    use crate::account::MAX_BODY_BYTES;
     use crate::account::signup::{MAX_EMAIL_CHARS, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
     use crate::config::MAX_PLAN_CHARS;
+    use crate::http::limits::MAX_BODY_BYTES;
 
     /// The whole document, admin API included.
     fn document() -> Value {
@@ -222,6 +224,77 @@ mod tests {
         for field in ["starts_at", "expires_at"] {
             assert_eq!(fields[field]["format"], "date-time", "{field}");
         }
+        // The test catalogue is empty: every plan is free text and needs its allowance.
+        let required = subscription["required"].as_array().expect("required");
+        assert!(
+            required.contains(&"monthly_allowance".into()),
+            "{subscription}"
+        );
+
+        let grant = &schemas["GrantRequest"]["properties"]["calls"];
+        assert_eq!(grant["minimum"], 1);
+        assert_eq!(grant["maximum"], crate::admin::topups::MAX_CALLS);
+        let codes = &schemas["CodesRequest"]["properties"];
+        assert_eq!(codes["months"]["minimum"], 1);
+        assert_eq!(codes["months"]["maximum"], crate::admin::codes::MAX_MONTHS);
+        assert_eq!(codes["count"]["minimum"], 1);
+        assert_eq!(codes["count"]["maximum"], crate::admin::codes::MAX_COUNT);
+    }
+
+    #[test]
+    fn query_parameters_carry_the_handlers_limits() {
+        let doc = document();
+        let parameter = |path: &str, name: &str| -> Value {
+            doc["paths"][path]["get"]["parameters"]
+                .as_array()
+                .expect("parameters")
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap_or_else(|| panic!("{path} {name}"))["schema"]
+                .clone()
+        };
+        let limit = parameter("/admin/v1/accounts", "limit");
+        assert_eq!(limit["minimum"], 1);
+        assert_eq!(limit["maximum"], crate::admin::accounts::MAX_LIMIT);
+        let q = parameter("/admin/v1/accounts", "q");
+        assert_eq!(q["maxLength"], 254);
+        assert!(q["pattern"].is_string());
+        assert_eq!(
+            parameter("/admin/v1/accounts", "cursor")["pattern"],
+            "^[0-9]{0,18}$"
+        );
+        let keys = parameter("/account/v1/keys", "limit");
+        assert_eq!(keys["minimum"], 1);
+        assert_eq!(keys["maximum"], crate::account::keys::MAX_PAGE);
+    }
+
+    #[test]
+    fn the_catalogue_says_which_plans_may_leave_out_their_allowance() {
+        let mut config = crate::config::Config::default();
+        config.admin.token = Some("token".to_owned().into());
+        config.plans = vec![crate::config::PlanConfig {
+            name: "pro".into(),
+            monthly_allowance: 10,
+            daily_allowance: None,
+            enforcement: Default::default(),
+            price_id: None,
+        }];
+        let doc = super::document(&config);
+        let schemas = &doc["components"]["schemas"];
+        let subscription = &schemas["SubscriptionRequest"];
+        assert_eq!(
+            subscription["anyOf"][0]["required"],
+            serde_json::json!(["monthly_allowance"])
+        );
+        assert!(
+            subscription["anyOf"][1]["properties"]["plan"]["pattern"]
+                .as_str()
+                .is_some_and(|p| p.contains("(?:pro)"))
+        );
+        assert_eq!(
+            schemas["CodesRequest"]["properties"]["plan"]["enum"],
+            serde_json::json!(["pro"])
+        );
     }
 
     #[test]

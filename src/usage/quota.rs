@@ -308,17 +308,13 @@ impl Inner {
         if block == 0 {
             tx.commit().await?;
             self.put(account_id, &standing, now, 0);
-            let window_end = if standing
+            let daily = standing
                 .daily_remaining()
-                .is_some_and(|d| d - day_out < cost)
-            {
-                day.end()
-            } else {
-                month.end()
-            };
+                .is_some_and(|d| d - day_out < cost);
+            let window_end = if daily { day.end() } else { month.end() };
             return Ok(Verdict::Refuse {
                 retry_after: seconds_until(window_end, now),
-                standing,
+                standing: standing.refused(daily),
             });
         }
         sqlx::query(

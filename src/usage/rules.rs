@@ -6,45 +6,10 @@
 //! tested without a clock or a database.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::month::Month;
 
-/// The reserved plan name of every account's free grant.
-pub const FREE_PLAN: &str = "free";
-
-/// How an exhausted account is treated (SPEC §6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Enforcement {
-    /// Throttled by the admission hash; admitted calls are still accounted.
-    #[default]
-    Soft,
-    /// Refused with `429 QUOTA_EXCEEDED`, never forwarded.
-    Hard,
-}
-
-impl Enforcement {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Enforcement::Soft => "soft",
-            Enforcement::Hard => "hard",
-        }
-    }
-}
-
-impl TryFrom<String> for Enforcement {
-    type Error = String;
-
-    fn try_from(value: String) -> Result<Self, String> {
-        match value.as_str() {
-            "soft" => Ok(Enforcement::Soft),
-            "hard" => Ok(Enforcement::Hard),
-            other => Err(format!("unknown enforcement `{other}`")),
-        }
-    }
-}
+pub use crate::plan::{Enforcement, FREE_PLAN};
 
 /// One row of `subscription`.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -152,6 +117,22 @@ impl Standing {
         self.daily_remaining() == Some(0)
     }
 
+    /// This standing as a refusal reports it: nothing left in the window refused (the
+    /// day when `day` is set, else the month), whatever units the ledger has not yet
+    /// counted (calls in flight, other replicas' reservations) would show; the quotas
+    /// (`allowance + credits`, the day's allowance) stay as they are.
+    pub fn refused(mut self, day: bool) -> Standing {
+        match self.daily.as_mut() {
+            Some(daily) if day => daily.used = daily.used.max(daily.allowance),
+            _ => {
+                self.allowance = self.allowance.saturating_add(self.credits);
+                self.credits = 0;
+                self.used = self.used.max(self.allowance);
+            }
+        }
+        self
+    }
+
     /// What the account may still use now: the smaller of the month and the day.
     pub fn available(&self) -> i64 {
         self.daily_remaining()
@@ -247,6 +228,30 @@ mod tests {
 
     fn free() -> Subscription {
         sub(1, FREE_PLAN, 3000, "2026-01-01T00:00:00Z", None)
+    }
+
+    #[test]
+    fn a_refusal_reports_nothing_left_in_the_window_it_refused() {
+        let standing = Standing {
+            account_id: 1,
+            plan: "metered".into(),
+            enforcement: Enforcement::Hard,
+            allowance: 5,
+            used: 4,
+            credits: 2,
+            daily: Some(DailyStanding {
+                allowance: 3,
+                used: 2,
+            }),
+        };
+        let month = standing.clone().refused(false);
+        assert_eq!(month.remaining(), 0);
+        assert_eq!(month.allowance + month.credits, 7, "the quota is unchanged");
+        assert_eq!(month.daily_remaining(), Some(1));
+        let day = standing.refused(true);
+        assert_eq!(day.daily_remaining(), Some(0));
+        assert_eq!(day.daily.unwrap().allowance, 3);
+        assert_eq!(day.remaining(), 3);
     }
 
     #[test]

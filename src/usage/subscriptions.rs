@@ -6,7 +6,9 @@
 //! ceiling: the calls already used this month stay counted.
 
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool};
+use utoipa::ToSchema;
 
 use super::announce::announce;
 use super::grants::{Grant, ensure_free_subscriptions, ensure_snapshots, load_subscriptions};
@@ -15,6 +17,7 @@ use super::report::standings;
 use super::rules::{
     Enforcement, MarkerAction, Standing, Subscription, daily_marker_action, marker_action,
 };
+use crate::error::ApiError;
 use crate::month::{Day, Month};
 use crate::throttle::Throttler;
 
@@ -35,6 +38,47 @@ pub enum ActivationError {
     AccountNotFound,
     #[error(transparent)]
     Database(#[from] sqlx::Error),
+}
+
+impl From<ActivationError> for ApiError {
+    fn from(err: ActivationError) -> Self {
+        match err {
+            ActivationError::AccountNotFound => ApiError::AccountNotFound,
+            ActivationError::Database(e) => ApiError::from(e),
+        }
+    }
+}
+
+/// An activated subscription as the admin API and redemption answer it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SubscriptionCreated {
+    #[schema(minimum = 1)]
+    pub subscription_id: i64,
+    #[schema(minimum = 1)]
+    pub account_id: i64,
+    /// As given, surrounding whitespace trimmed.
+    pub plan: String,
+    #[schema(minimum = 0)]
+    pub monthly_allowance: i64,
+    pub starts_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub daily_allowance: Option<i64>,
+    pub enforcement: Enforcement,
+}
+
+impl From<Subscription> for SubscriptionCreated {
+    fn from(sub: Subscription) -> Self {
+        Self {
+            subscription_id: sub.id,
+            account_id: sub.account_id,
+            plan: sub.plan,
+            monthly_allowance: sub.monthly_allowance,
+            starts_at: sub.starts_at,
+            expires_at: sub.expires_at,
+            daily_allowance: sub.daily_allowance,
+            enforcement: sub.enforcement,
+        }
+    }
 }
 
 /// The stored subscription and the account's standing in the current month after it.

@@ -1,6 +1,7 @@
 //! The layout stays one-way: no file of `src/` imports a file that (through any chain)
-//! imports it back. A file's imports are the `crate::…` and `super::…` paths it names
-//! and the child modules it `use`s, resolved to the file that defines the longest
+//! imports it back. A file's imports are every `crate::…` and `super::…` path it names,
+//! the child modules it `use`s and the child modules it declares and names by a bare
+//! path (`mod redeem;` … `redeem::redeem`), resolved to the file that defines the longest
 //! matching module path; comments and `#[cfg(test)] mod tests` are not imports.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -94,6 +95,16 @@ fn paths(code: &str, keyword: &str) -> Vec<Vec<String>> {
     out
 }
 
+/// Whether `code` names `child::…` as a path of its own (not `other_child::` nor
+/// `a::child::`).
+fn names_bare(code: &str, child: &str) -> bool {
+    let needle = format!("{child}::");
+    code.match_indices(&needle).any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+    })
+}
+
 #[test]
 fn no_file_in_src_imports_a_file_that_imports_it_back() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -123,6 +134,23 @@ fn no_file_in_src_imports_a_file_that_imports_it_back() {
         let parent: Vec<String> = me[..me.len().saturating_sub(1)].to_vec();
         for p in paths(&code, "super") {
             targets.push(parent.iter().cloned().chain(p).collect());
+        }
+        // A child module declared here (`mod redeem;`) and named by a bare path
+        // (`redeem::redeem`) is imported too.
+        for line in code.lines() {
+            let line = line.trim_start();
+            let line = line.strip_prefix("pub(crate) ").unwrap_or(line);
+            let line = line.strip_prefix("pub ").unwrap_or(line);
+            if let Some(child) = line.strip_prefix("mod ").and_then(|r| r.strip_suffix(';'))
+                && names_bare(&code, child.trim())
+            {
+                targets.push(
+                    me.iter()
+                        .cloned()
+                        .chain([child.trim().to_owned()])
+                        .collect(),
+                );
+            }
         }
         if is_folder {
             for line in code.lines() {

@@ -18,6 +18,7 @@ mod layout;
 mod notify;
 mod plans;
 mod proxy;
+mod readme;
 mod server;
 mod throttle;
 mod usage;

@@ -5,6 +5,7 @@ mod admin;
 mod edges;
 mod keys;
 mod limits;
+mod methods;
 mod noise;
 mod ops;
 mod sessions;

@@ -431,3 +431,35 @@ async fn the_overview_counts_the_exhausted_accounts_and_ranks_the_busiest() {
     assert_eq!(list.matches("data-account=").count(), 1, "{list}");
     assert!(list.contains(&format!(r#"data-account="{}""#, spent.account_id)));
 }
+
+#[tokio::test]
+async fn the_subscription_form_offers_the_catalogue_and_states_its_date_format() {
+    let app = spawn_app_with(|c| {
+        c.plans = vec![tollgate::config::PlanConfig {
+            name: "pro".into(),
+            monthly_allowance: 1000,
+            daily_allowance: None,
+            enforcement: Default::default(),
+            price_id: None,
+        }];
+    })
+    .await;
+    let customer = app.signup().await;
+    let operator = Operator::sign_in(&app).await;
+    let page = operator
+        .get(&format!("/console/accounts/{}", customer.account_id))
+        .await
+        .text()
+        .await
+        .unwrap();
+    // A list of catalogue plans, with free text still possible.
+    assert!(page.contains(r#"name="plan" list="catalogue""#), "{page}");
+    assert!(
+        page.contains(r#"<datalist id="catalogue"><option value="pro">"#),
+        "{page}"
+    );
+    // Dates are text in one stated format and zone, not the browser's locale.
+    assert!(!page.contains("datetime-local"), "{page}");
+    assert!(page.contains("Starts, UTC (YYYY-MM-DD HH:MM)"), "{page}");
+    assert!(page.contains("Expires, UTC (YYYY-MM-DD HH:MM)"), "{page}");
+}

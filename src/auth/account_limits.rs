@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use governor::clock::{Clock, DefaultClock};
 
-use crate::auth::limits::{FailureLimiter, KeyedLimit, client_key, refused};
+use super::limits::{FailureLimiter, KeyedLimit, client_key, refused};
 use crate::config::AccountConfig;
 use crate::error::ApiError;
 
