@@ -249,7 +249,22 @@ pub struct ListenerSettings {
     pub drain_timeout: Duration,
 }
 
+/// How many times `batch_size` a batch grows to while a backlog waits.
+const BATCH_GROWTH: usize = 4;
+
 impl ListenerSettings {
+    /// Most events one batch holds while a backlog waits: a loaded gateway writes fewer,
+    /// larger transactions, each paying its fixed statements and commit once.
+    pub fn max_batch(&self) -> usize {
+        self.batch_size.max(1).saturating_mul(BATCH_GROWTH)
+    }
+
+    /// The size of the next batch when `backlog` events are waiting: `batch_size`, grown
+    /// with the backlog up to [`max_batch`](Self::max_batch).
+    pub fn batch_for(&self, backlog: usize) -> usize {
+        backlog.clamp(self.batch_size.max(1), self.max_batch())
+    }
+
     /// The configured settings, with the listener's transactions
     /// (`concurrent_batches × account_lanes`) kept below `max_connections` so that
     /// requests always find a database connection.
@@ -380,7 +395,7 @@ async fn next_batch(
     settings: &ListenerSettings,
     stop: &CancellationToken,
 ) -> Vec<UsageEvent> {
-    let size = settings.batch_size;
+    let size = settings.batch_for(rx.len());
     let mut batch = Vec::with_capacity(size);
     tokio::select! {
         _ = rx.recv_many(&mut batch, size) => {}
@@ -438,5 +453,13 @@ mod tests {
         assert_eq!(settings(8, 4, 16), (3, 4));
         assert_eq!(settings(2, 2, 2), (1, 1));
         assert_eq!(settings(2, 2, 1), (1, 1));
+    }
+
+    #[test]
+    fn batches_grow_with_the_backlog_up_to_a_bound() {
+        let s = ListenerSettings::from_config(&UsageCheckConfig::default(), 16);
+        assert_eq!(s.batch_for(0), s.batch_size);
+        assert_eq!(s.batch_for(s.batch_size + 1), s.batch_size + 1);
+        assert_eq!(s.batch_for(usize::MAX), s.batch_size * BATCH_GROWTH);
     }
 }

@@ -69,6 +69,9 @@ pub async fn run(
     ));
     let errors = RateLimitedLog::default();
     let mut backoff = MIN_BACKOFF;
+    // A batch that filled before its linger ran out means a backlog: the next may be
+    // twice as large, up to `max_batch`; one that did not goes back to `batch_size`.
+    let mut size = batching.batch_size.max(1);
 
     'bind: while !stop.is_cancelled() {
         let bound = tokio::select! {
@@ -103,7 +106,12 @@ pub async fn run(
             }
             let (batch, ended) = tokio::select! {
                 _ = stop.cancelled() => break 'bind,
-                pulled = next_batch(&mut messages, &batching, &acks, &errors) => pulled,
+                pulled = next_batch(&mut messages, size, &batching, &acks, &errors) => pulled,
+            };
+            size = if batch.len() >= size {
+                batching.batch_for(size * 2)
+            } else {
+                batching.batch_for(0)
             };
             if !batch.is_empty() {
                 metrics::histogram!("tollgate_usage_batch_size").record(batch.len() as f64);
@@ -166,15 +174,15 @@ struct Pulled {
 }
 
 /// The next batch: waits for a first message, then takes what arrives within the
-/// linger, up to the batch size. `true` when the pull ended (an error, NATS gone) and
+/// linger, up to `size`. `true` when the pull ended (an error, NATS gone) and
 /// the consumer must be bound again.
 async fn next_batch(
     messages: &mut pull::Stream,
+    size: usize,
     settings: &ListenerSettings,
     acks: &Acks,
     errors: &RateLimitedLog,
 ) -> (Vec<Pulled>, bool) {
-    let size = settings.batch_size.max(1);
     let mut batch = Vec::with_capacity(size);
     let mut until = None;
     while batch.len() < size {
