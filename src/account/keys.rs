@@ -87,10 +87,7 @@ pub async fn create_key(
     let max_keys = state.config.account.max_keys;
     let key = PlainToken::generate(API_KEY_PREFIX);
     let mut tx = state.db.begin().await?;
-    sqlx::query("SELECT 1 FROM account WHERE id = $1 FOR UPDATE")
-        .bind(session.account_id)
-        .execute(&mut *tx)
-        .await?;
+    crate::db::lock_account(&mut tx, session.account_id).await?;
     let live: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM api_key WHERE account_id = $1 AND revoked_at IS NULL",
     )

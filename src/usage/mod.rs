@@ -6,6 +6,8 @@
 //! current month is used up.
 
 pub mod announce;
+mod batch;
+mod driver;
 pub mod endings;
 pub mod event;
 pub mod grants;

@@ -3,7 +3,7 @@
 //!
 //! Batches form as in the in-process listener (up to `usage_check.batch_size`, waiting
 //! `batch_linger_ms` after the first message), up to `concurrent_batches` are accounted
-//! at once through [`Accountant::account_in_lanes`] (the listener's resilience: outages
+//! at once through the driver shared with the in-process listener (`usage::driver`: outages
 //! wait, refusals are retried and split, locked accounts set aside). While a batch is
 //! being accounted its messages are kept from redelivery with progress acks; events
 //! set aside are acknowledged when they are settled. A process that dies before
@@ -11,12 +11,11 @@
 //! whichever process pulls next; accounting them again changes nothing.
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
 use async_nats::jetstream::consumer::pull;
-use futures_util::{FutureExt as _, StreamExt as _};
+use futures_util::StreamExt as _;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -26,9 +25,11 @@ use uuid::Uuid;
 use super::acks::{Acks, Delivery, keep_alive};
 use crate::config::NatsConfig;
 use crate::telemetry::RateLimitedLog;
+use crate::usage::driver::{
+    Deferred, ListenerSettings, SET_ASIDE_CAPACITY, SetAside, account_guarded,
+};
 use crate::usage::event::UsageEvent;
 use crate::usage::ledger::Accountant;
-use crate::usage::listener::{Deferred, ListenerSettings, SET_ASIDE_CAPACITY, SetAside};
 
 /// Idle heartbeat asked of the server while pulling: two missed ones end the pull.
 const PULL_HEARTBEAT: Duration = Duration::from_secs(5);
@@ -259,17 +260,11 @@ async fn account_batch(
 ) {
     let (mut events, deliveries): (Vec<UsageEvent>, Vec<Delivery>) =
         batch.into_iter().map(|p| (p.event, p.delivery)).unzip();
-    let accounting = AssertUnwindSafe(accountant.account_in_lanes(&mut events, lanes, &set_aside))
-        .catch_unwind();
-    let deferred = match keep_alive(&acks, &deliveries, ack_wait, accounting).await {
-        Ok(deferred) => deferred,
-        Err(_) => {
-            // A bug, not a database error: counted and not retried, as in the listener.
-            metrics::counter!("tollgate_usage_events_failed_total").increment(events.len() as u64);
-            tracing::error!(events = events.len(), "usage accounting panicked");
-            acks.send(AckKind::Term, &deliveries).await;
-            return;
-        }
+    let accounting = account_guarded(&accountant, &mut events, lanes, &set_aside);
+    let Some(deferred) = keep_alive(&acks, &deliveries, ack_wait, accounting).await else {
+        // A bug, not a database error: counted and not retried, as in the listener.
+        acks.send(AckKind::Term, &deliveries).await;
+        return;
     };
     if deferred.is_empty() {
         acks.send(AckKind::Ack, &deliveries).await;
