@@ -7,6 +7,7 @@
 //! threshold crossed) a batch runs seven statements whatever its size.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
@@ -18,18 +19,83 @@ use super::grants::{
     Grant, allowance_of, ensure_free_subscriptions, ensure_snapshots, load_snapshots,
     load_subscriptions,
 };
-use super::ledger::{Accountant, BatchOutcome, Locks};
 use super::ledger_sql::{
     bump_counters, bump_daily, insert_ledger_rows, settle_reservations, spend,
 };
+use super::quota::QuotaView;
 use super::report::load_credits;
 use super::rules::{
-    MarkerAction, Subscription, active_subscription, daily_marker_action, marker_action,
+    MarkerAction, Standing, Subscription, active_subscription, daily_marker_action, marker_action,
     standing_of,
 };
 use super::spending::{Credit, beyond_allowance, credits_at, spend_credits};
 use super::thresholds::batch_events;
 use crate::month::{Day, Month};
+use crate::sync::lock;
+use crate::throttle::Throttler;
+
+/// What one batch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Ledger rows inserted.
+    pub accounted: usize,
+    /// Events whose transaction id was already in the ledger (or twice in the batch).
+    pub duplicates: usize,
+    /// Events for accounts that do not exist.
+    pub unknown_account: usize,
+    /// Events ignored because metering is off.
+    pub ignored: usize,
+    /// Accounts found with nothing remaining in the current month.
+    pub exhausted: Vec<i64>,
+    /// Where each account with calls accounted in the current month now stands.
+    pub standings: Vec<Standing>,
+    /// Accounts whose row lock was held elsewhere ([`Locks::SkipBusy`]): their events
+    /// were left out of this batch, to be accounted later.
+    pub busy: Vec<i64>,
+}
+
+/// How a batch takes its accounts' row locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locks {
+    /// Wait for every lock, at most the accountant's lock timeout (then SQLSTATE 55P03).
+    Wait,
+    /// Take the locks that are free; account the other accounts' events, not these.
+    SkipBusy,
+}
+
+/// Snapshots known to exist, by subscription and month, with their allowance once it
+/// has been read. Rows of `monthly_usage` are never changed or deleted, so what was
+/// seen stays true.
+pub(super) type KnownSnapshots = Arc<Mutex<HashMap<(i64, Month), Option<i64>>>>;
+
+/// Beyond this many remembered snapshots the memory starts over (months roll on).
+const MAX_KNOWN_SNAPSHOTS: usize = 1_000_000;
+
+/// What a batch takes from its accountant.
+pub(super) struct Shared<'a> {
+    pub free_monthly_calls: i64,
+    pub throttler: &'a Throttler,
+    pub quota: &'a QuotaView,
+    /// `notify.thresholds`, ascending, when threshold webhooks are on.
+    pub thresholds: Option<&'a [u8]>,
+    pub known: &'a KnownSnapshots,
+}
+
+/// Remembers, once their batch committed, the snapshots it wrote (`grants`) and the
+/// allowances it read (`loaded`).
+fn remember(known: &KnownSnapshots, grants: &[Grant], loaded: HashMap<(i64, Month), i64>) {
+    if grants.is_empty() && loaded.is_empty() {
+        return;
+    }
+    let mut known = lock(known);
+    if known.len() > MAX_KNOWN_SNAPSHOTS {
+        known.clear();
+    }
+    for g in grants {
+        known.entry((g.subscription_id, g.month)).or_insert(None);
+    }
+    known.extend(loaded.into_iter().map(|(k, a)| (k, Some(a))));
+}
 
 /// What one batch has found so far, stage by stage.
 #[derive(Default)]
@@ -86,12 +152,12 @@ impl Batch<'_> {
 /// thresholds and markers judge the figures after both; the announcement travels with
 /// the commit.
 pub(super) async fn account_batch(
-    acc: &Accountant,
+    acc: &Shared<'_>,
+    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
     events: &[UsageEvent],
     now: Option<DateTime<Utc>>,
     locks: Locks,
 ) -> Result<BatchOutcome, sqlx::Error> {
-    let mut tx = acc.begin().await?;
     let mut batch = lock_accounts(&mut tx, events, now, locks).await?;
     if !batch.events.is_empty() {
         ensure_grants(&mut tx, acc, &mut batch).await?;
@@ -168,7 +234,7 @@ async fn lock_accounts<'e>(
 /// snapshots this process has not seen yet.
 async fn ensure_grants(
     tx: &mut PgConnection,
-    acc: &Accountant,
+    acc: &Shared<'_>,
     batch: &mut Batch<'_>,
 ) -> Result<(), sqlx::Error> {
     let mut subs = load_subscriptions(tx, &batch.locked).await?;
@@ -209,7 +275,7 @@ async fn ensure_grants(
         subscription_of.insert(e.transaction_id, active.map(|s| s.id));
     }
     batch.new_grants = {
-        let known = acc.known();
+        let known = lock(acc.known);
         grants
             .into_values()
             .filter(|g| !known.contains_key(&(g.subscription_id, g.month)))
@@ -263,7 +329,7 @@ async fn count(tx: &mut PgConnection, batch: &mut Batch<'_>) -> Result<(), sqlx:
 /// counted: remembered snapshots first, the others read once.
 async fn read_allowances(
     tx: &mut PgConnection,
-    acc: &Accountant,
+    acc: &Shared<'_>,
     batch: &mut Batch<'_>,
 ) -> Result<(), sqlx::Error> {
     let active: Vec<((i64, Month), Subscription)> = batch
@@ -277,7 +343,7 @@ async fn read_allowances(
     let mut snapshots: HashMap<(i64, Month), i64> = HashMap::new();
     let mut missing = Vec::new();
     {
-        let known = acc.known();
+        let known = lock(acc.known);
         for ((_, month), sub) in &active {
             match known.get(&(sub.id, *month)) {
                 Some(Some(allowance)) => {
@@ -332,10 +398,10 @@ async fn pay_from_credit(tx: &mut PgConnection, batch: &mut Batch<'_>) -> Result
 /// they go out with the batch, or not at all.
 async fn record_thresholds(
     tx: &mut PgConnection,
-    acc: &Accountant,
+    acc: &Shared<'_>,
     batch: &mut Batch<'_>,
 ) -> Result<(), sqlx::Error> {
-    let Some(thresholds) = &acc.thresholds else {
+    let Some(thresholds) = acc.thresholds else {
         return Ok(());
     };
     let allowance_in = |a, m| batch.allowance_in(a, m);
@@ -354,7 +420,7 @@ async fn record_thresholds(
 /// markers are handed to the throttler while the account locks are held: an upgrade
 /// that commits after us queues its restore behind this exhaust on the same worker, so
 /// this replica never leaves a marker on an account that has allowance again.
-fn judge_markers(acc: &Accountant, batch: &mut Batch<'_>) {
+fn judge_markers(acc: &Shared<'_>, batch: &mut Batch<'_>) {
     let (now, current, today) = (
         batch.now,
         Month::containing(batch.now),
@@ -415,8 +481,8 @@ fn judge_markers(acc: &Accountant, batch: &mut Batch<'_>) {
 
 /// After the commit: the snapshots written or read are remembered, this replica's
 /// quota view takes the standings, and the batch is counted.
-fn committed(acc: &Accountant, batch: Batch<'_>) -> BatchOutcome {
-    acc.remember(&batch.new_grants, batch.loaded);
+fn committed(acc: &Shared<'_>, batch: Batch<'_>) -> BatchOutcome {
+    remember(acc.known, &batch.new_grants, batch.loaded);
     let outcome = batch.outcome;
     if batch.events.is_empty() {
         return outcome;

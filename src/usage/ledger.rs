@@ -8,76 +8,36 @@
 //! counters by exactly the rows inserted, pay from credit, record thresholds crossed,
 //! judge markers, announce the standings.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::batch::account_batch;
+pub use super::batch::{BatchOutcome, Locks};
+use super::batch::{KnownSnapshots, Shared, account_batch};
 use super::event::UsageEvent;
-use super::grants::Grant;
 use super::partitions::{Partitions, is_missing_partition};
 use super::quota::QuotaView;
-use super::rules::Standing;
 use crate::month::Month;
-use crate::sync::lock;
 use crate::throttle::Throttler;
-
-/// What one batch did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BatchOutcome {
-    /// Ledger rows inserted.
-    pub accounted: usize,
-    /// Events whose transaction id was already in the ledger (or twice in the batch).
-    pub duplicates: usize,
-    /// Events for accounts that do not exist.
-    pub unknown_account: usize,
-    /// Events ignored because metering is off.
-    pub ignored: usize,
-    /// Accounts found with nothing remaining in the current month.
-    pub exhausted: Vec<i64>,
-    /// Where each account with calls accounted in the current month now stands.
-    pub standings: Vec<Standing>,
-    /// Accounts whose row lock was held elsewhere ([`Locks::SkipBusy`]): their events
-    /// were left out of this batch, to be accounted later.
-    pub busy: Vec<i64>,
-}
-
-/// How a batch takes its accounts' row locks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Locks {
-    /// Wait for every lock, at most the accountant's lock timeout (then SQLSTATE 55P03).
-    Wait,
-    /// Take the locks that are free; account the other accounts' events, not these.
-    SkipBusy,
-}
 
 /// Default bound of a wait for an account's row lock.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Snapshots known to exist, by subscription and month, with their allowance once it
-/// has been read. Rows of `monthly_usage` are never changed or deleted, so what was
-/// seen stays true.
-type KnownSnapshots = Arc<Mutex<HashMap<(i64, Month), Option<i64>>>>;
-
-/// Beyond this many remembered snapshots the memory starts over (months roll on).
-const MAX_KNOWN_SNAPSHOTS: usize = 1_000_000;
 
 /// Accounts events. Cheap to clone; clones share what they know of snapshots.
 #[derive(Clone)]
 pub struct Accountant {
     db: PgPool,
-    pub(super) free_monthly_calls: i64,
+    free_monthly_calls: i64,
     enabled: bool,
-    pub(super) throttler: Throttler,
+    throttler: Throttler,
     known: KnownSnapshots,
     lock_timeout: Duration,
-    pub(super) quota: QuotaView,
+    quota: QuotaView,
     partitions: Partitions,
     /// `notify.thresholds`, ascending, when threshold webhooks are on.
-    pub(super) thresholds: Option<Arc<[u8]>>,
+    thresholds: Option<Arc<[u8]>>,
 }
 
 impl Accountant {
@@ -118,10 +78,6 @@ impl Accountant {
         self
     }
 
-    pub(super) fn known(&self) -> std::sync::MutexGuard<'_, HashMap<(i64, Month), Option<i64>>> {
-        lock(&self.known)
-    }
-
     /// Accounts `events` in one transaction; `now` decides the current month.
     pub async fn account(
         &self,
@@ -160,12 +116,12 @@ impl Accountant {
         }
         let months = || events.iter().map(|e| Month::containing(e.occurred_at));
         self.partitions.ensure(months()).await?;
-        match account_batch(self, events, now, locks).await {
+        match account_batch(&self.shared(), self.begin().await?, events, now, locks).await {
             Err(e) if is_missing_partition(&e) => {
                 tracing::warn!("a ledger partition went missing; making it again");
                 self.partitions.forget(months());
                 self.partitions.ensure(months()).await?;
-                account_batch(self, events, now, locks).await
+                account_batch(&self.shared(), self.begin().await?, events, now, locks).await
             }
             outcome => outcome,
         }
@@ -174,9 +130,7 @@ impl Accountant {
     /// Opens an accounting transaction. A lock held elsewhere (a long transaction, a
     /// stuck session) must not stall accounting: the wait is bounded, and past it the
     /// caller skips the busy rows. The bound travels with BEGIN, in the same round trip.
-    pub(super) async fn begin(
-        &self,
-    ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
         self.db
             .begin_with(format!(
                 "BEGIN; SET LOCAL lock_timeout = '{}ms'",
@@ -185,19 +139,14 @@ impl Accountant {
             .await
     }
 
-    /// Remembers, once their batch committed, the snapshots it wrote (`grants`) and
-    /// the allowances it read (`loaded`).
-    pub(super) fn remember(&self, grants: &[Grant], loaded: HashMap<(i64, Month), i64>) {
-        if grants.is_empty() && loaded.is_empty() {
-            return;
+    /// What a batch takes from this accountant.
+    fn shared(&self) -> Shared<'_> {
+        Shared {
+            free_monthly_calls: self.free_monthly_calls,
+            throttler: &self.throttler,
+            quota: &self.quota,
+            thresholds: self.thresholds.as_deref(),
+            known: &self.known,
         }
-        let mut known = self.known();
-        if known.len() > MAX_KNOWN_SNAPSHOTS {
-            known.clear();
-        }
-        for g in grants {
-            known.entry((g.subscription_id, g.month)).or_insert(None);
-        }
-        known.extend(loaded.into_iter().map(|(k, a)| (k, Some(a))));
     }
 }
