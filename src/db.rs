@@ -165,6 +165,30 @@ pub fn is_transient(err: &sqlx::Error) -> bool {
     }
 }
 
+/// Takes the row locks of the `account` rows of `ids` for the rest of the transaction,
+/// in id order (every writer of an account's usage, plan or keys locks this way, so
+/// two transactions never wait for each other in a circle), and returns the ids found
+/// and locked, ascending. `skip_busy`: rows another transaction holds are left out
+/// instead of waited for. Accounting, plan changes, hard-plan reservations and key
+/// creation all serialize on this lock.
+pub async fn lock_accounts(
+    conn: &mut sqlx::PgConnection,
+    ids: &[i64],
+    skip_busy: bool,
+) -> Result<Vec<i64>, sqlx::Error> {
+    let sql = if skip_busy {
+        "SELECT id FROM account WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED"
+    } else {
+        "SELECT id FROM account WHERE id = ANY($1) ORDER BY id FOR UPDATE"
+    };
+    sqlx::query_scalar(sql).bind(ids).fetch_all(conn).await
+}
+
+/// [`lock_accounts`] for one account: whether it exists (and is now locked).
+pub async fn lock_account(conn: &mut sqlx::PgConnection, id: i64) -> Result<bool, sqlx::Error> {
+    Ok(!lock_accounts(conn, &[id], false).await?.is_empty())
+}
+
 /// A lock wait that ran past `lock_timeout` (SQLSTATE 55P03).
 pub fn is_lock_timeout(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03"))

@@ -136,10 +136,7 @@ pub async fn create_account_key(
 ) -> Result<KeyCreated, ApiError> {
     let key = PlainToken::generate(API_KEY_PREFIX);
     let mut tx = db.begin().await?;
-    sqlx::query("SELECT 1 FROM account WHERE id = $1 FOR UPDATE")
-        .bind(account_id)
-        .execute(&mut *tx)
-        .await?;
+    crate::db::lock_account(&mut tx, account_id).await?;
     let live: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM api_key WHERE account_id = $1 AND revoked_at IS NULL",
     )

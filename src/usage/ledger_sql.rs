@@ -1,5 +1,12 @@
 //! The statements one accounting transaction runs (see `ledger.rs`): ledger rows,
 //! monthly and daily counters, reservation settling and credit spending.
+//!
+//! Each is one set-based statement per batch over arrays (`UNNEST`), whatever the
+//! batch's size. Every statement runs with the rows' accounts row-locked, so no other
+//! transaction writes their ledger rows or counters meanwhile: a ledger row is skipped
+//! when it exists (`NOT EXISTS`, cheaper than `ON CONFLICT`'s speculative insertion,
+//! with the primary key still refusing a duplicate), and a counter is updated in place,
+//! only a month's or day's first counter being inserted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -54,7 +61,12 @@ pub(super) async fn insert_ledger_rows(
          SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[],
                               $5::timestamptz[], $6::text[], $7::text[], $8::smallint[],
                               $9::bigint[])
-         ON CONFLICT (account_id, occurred_at, transaction_id) DO NOTHING
+             AS u(transaction_id, account_id, subscription_id, key_id, occurred_at, method,
+                  route, upstream_status, cost)
+         WHERE NOT EXISTS (
+             SELECT 1 FROM subscription_tracking t
+             WHERE t.account_id = u.account_id AND t.occurred_at = u.occurred_at
+               AND t.transaction_id = u.transaction_id)
          RETURNING transaction_id",
     )
     .bind(ids)
@@ -76,58 +88,109 @@ pub(super) async fn bump_counters(
     conn: &mut sqlx::PgConnection,
     per_month: &BTreeMap<(i64, Month), i64>,
 ) -> Result<HashMap<(i64, Month), i64>, sqlx::Error> {
-    if per_month.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let accounts: Vec<i64> = per_month.keys().map(|(a, _)| *a).collect();
-    let months: Vec<DateTime<Utc>> = per_month.keys().map(|(_, m)| m.start()).collect();
-    let counts: Vec<i64> = per_month.values().copied().collect();
-    let rows: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(
-        "INSERT INTO usage_counter (account_id, month_start, used)
-         SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[])
-         ON CONFLICT (account_id, month_start) DO UPDATE SET used = usage_counter.used + EXCLUDED.used
-         RETURNING account_id, month_start, used",
-    )
-    .bind(accounts)
-    .bind(months)
-    .bind(counts)
-    .fetch_all(conn)
-    .await?;
+    let rows = bump(conn, MONTHLY, per_month, |m| m.start(), |units| (0, *units)).await?;
     Ok(rows
         .into_iter()
         .map(|(account, start, used)| ((account, Month::containing(start)), used))
         .collect())
 }
 
-/// Adds the inserted rows to the per-day counters; returns the new `used` of each pair.
+/// Adds the inserted rows to the per-day counters (`(calls, units)`); returns the new
+/// `used` of each pair.
 pub(super) async fn bump_daily(
     conn: &mut sqlx::PgConnection,
     per_day: &BTreeMap<(i64, Day), (i64, i64)>,
 ) -> Result<HashMap<(i64, Day), i64>, sqlx::Error> {
-    if per_day.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let accounts: Vec<i64> = per_day.keys().map(|(a, _)| *a).collect();
-    let days: Vec<DateTime<Utc>> = per_day.keys().map(|(_, d)| d.start()).collect();
-    let calls: Vec<i64> = per_day.values().map(|(c, _)| *c).collect();
-    let units: Vec<i64> = per_day.values().map(|(_, u)| *u).collect();
-    let rows: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(
-        "INSERT INTO usage_daily (account_id, day_start, calls, used)
-         SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
-         ON CONFLICT (account_id, day_start) DO UPDATE
-             SET calls = usage_daily.calls + EXCLUDED.calls, used = usage_daily.used + EXCLUDED.used
-         RETURNING account_id, day_start, used",
-    )
-    .bind(accounts)
-    .bind(days)
-    .bind(calls)
-    .bind(units)
-    .fetch_all(conn)
-    .await?;
+    let rows = bump(conn, DAILY, per_day, |d| d.start(), |figures| *figures).await?;
     Ok(rows
         .into_iter()
         .map(|(account, start, used)| ((account, Day::containing(start)), used))
         .collect())
+}
+
+/// The two statements of one counter table: the update of the rows that exist, and the
+/// insert of the others (`$1` accounts, `$2` window starts, `$3` calls, `$4` units).
+struct Counter {
+    update: &'static str,
+    insert: &'static str,
+}
+
+const MONTHLY: Counter = Counter {
+    update: "UPDATE usage_counter c SET used = c.used + u.units
+         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
+             AS u(account_id, start, calls, units)
+         WHERE c.account_id = u.account_id AND c.month_start = u.start
+         RETURNING c.account_id, c.month_start, c.used",
+    insert: "INSERT INTO usage_counter (account_id, month_start, used)
+         SELECT account_id, start, units
+         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
+             AS u(account_id, start, calls, units)
+         ON CONFLICT (account_id, month_start) DO UPDATE SET used = usage_counter.used + EXCLUDED.used
+         RETURNING account_id, month_start, used",
+};
+
+const DAILY: Counter = Counter {
+    update: "UPDATE usage_daily c SET calls = c.calls + u.calls, used = c.used + u.units
+         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
+             AS u(account_id, start, calls, units)
+         WHERE c.account_id = u.account_id AND c.day_start = u.start
+         RETURNING c.account_id, c.day_start, c.used",
+    insert: "INSERT INTO usage_daily (account_id, day_start, calls, used)
+         SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
+         ON CONFLICT (account_id, day_start) DO UPDATE
+             SET calls = usage_daily.calls + EXCLUDED.calls, used = usage_daily.used + EXCLUDED.used
+         RETURNING account_id, day_start, used",
+};
+
+/// Adds `(calls, units)` to each `(account, window)` of `adds` in one counter table:
+/// one update for the rows that exist, one insert only when some do not yet.
+async fn bump<W: Copy + Ord, V>(
+    conn: &mut sqlx::PgConnection,
+    counter: Counter,
+    adds: &BTreeMap<(i64, W), V>,
+    start: impl Fn(W) -> DateTime<Utc>,
+    figures: impl Fn(&V) -> (i64, i64),
+) -> Result<Vec<(i64, DateTime<Utc>, i64)>, sqlx::Error> {
+    if adds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let arrays = |adds: &mut dyn Iterator<Item = (&(i64, W), &V)>| {
+        let (mut accounts, mut starts, mut calls, mut units) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for ((account, window), value) in adds {
+            let (c, u) = figures(value);
+            accounts.push(*account);
+            starts.push(start(*window));
+            calls.push(c);
+            units.push(u);
+        }
+        (accounts, starts, calls, units)
+    };
+    let (accounts, starts, calls, units) = arrays(&mut adds.iter());
+    let mut rows: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(counter.update)
+        .bind(accounts)
+        .bind(starts)
+        .bind(calls)
+        .bind(units)
+        .fetch_all(&mut *conn)
+        .await?;
+    if rows.len() < adds.len() {
+        let found: HashSet<(i64, DateTime<Utc>)> = rows.iter().map(|(a, s, _)| (*a, *s)).collect();
+        let (accounts, starts, calls, units) = arrays(
+            &mut adds
+                .iter()
+                .filter(|((a, w), _)| !found.contains(&(*a, start(*w)))),
+        );
+        let inserted: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(counter.insert)
+            .bind(accounts)
+            .bind(starts)
+            .bind(calls)
+            .bind(units)
+            .fetch_all(conn)
+            .await?;
+        rows.extend(inserted);
+    }
+    Ok(rows)
 }
 
 /// Moves units of hard plans from "reserved by a replica" to "accounted".

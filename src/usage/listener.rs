@@ -1,280 +1,20 @@
-//! The usage listener: takes queued events in batches (waiting a short linger for a
-//! fuller one) and has up to `concurrent_batches` of them accounted at once, each split
-//! by account into `account_lanes` concurrent transactions.
-//!
-//! Database errors never kill the task: while PostgreSQL is unreachable (or read-only,
-//! as during a failover) a batch waits (the bounded queue decides what is dropped), a
-//! batch PostgreSQL refuses is retried and then split so one bad event cannot take the
-//! others with it. A row lock held elsewhere delays only its own account: past
-//! `usage_check.lock_timeout_ms` the batch accounts every other account and sets the
-//! locked accounts' events aside, retried apart from the queue. Shutdown drains what
-//! is queued and what is set aside within a bound.
-//!
-//! The JetStream consumer (`usage::jetstream`) accounts its pulled batches through the
-//! same [`Accountant::account_in_lanes`]; the [`Deferred`] it returns say which events
-//! were set aside and when they are settled, so their messages are acknowledged then.
+//! The in-process usage listener: takes queued events in batches (waiting a short
+//! linger for a fuller one, growing with the backlog) and has up to
+//! `concurrent_batches` of them accounted at once, each split by account into
+//! `account_lanes` concurrent transactions, through the driver shared with the
+//! JetStream consumer (`driver.rs`: retries, lanes, events set aside). Shutdown drains
+//! what is queued and what is set aside within a bound.
 
-use std::collections::{HashSet, VecDeque};
-use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::collections::VecDeque;
 
-use futures_util::FutureExt as _;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use uuid::Uuid;
 
+pub use super::driver::ListenerSettings;
+use super::driver::{SET_ASIDE_CAPACITY, SetAside, account_guarded, account_resilient};
 use super::event::UsageEvent;
-use super::ledger::{Accountant, Locks};
-use crate::config::UsageCheckConfig;
-use crate::error::anyhow_chain;
-
-/// Delays between attempts at a batch the database refuses, before it is split
-/// event by event.
-const RETRY_DELAYS: [Duration; 3] = [
-    Duration::from_millis(50),
-    Duration::from_millis(250),
-    Duration::from_secs(1),
-];
-
-/// Longest wait between attempts while the database is unreachable.
-const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(5);
-
-impl Accountant {
-    /// Accounts a batch whatever it takes: while the database is unreachable the batch
-    /// waits (new events queue up behind it, and the queue's bound decides what is
-    /// dropped); a batch the database refuses is retried, then split so that one bad
-    /// event cannot take the others with it. Every event is settled on return (in the
-    /// ledger, or given up on and counted) except those set aside, which the returned
-    /// [`Deferred`] name.
-    async fn account_resilient(&self, batch: &[UsageEvent], set_aside: &SetAside) -> Vec<Deferred> {
-        let mut refusals = 0;
-        let mut outage_backoff = Duration::from_millis(100);
-        let mut locks = Locks::Wait;
-        let last_error = loop {
-            match self.account_now(batch, locks).await {
-                Ok(outcome) => {
-                    if outcome.busy.is_empty() {
-                        return Vec::new();
-                    }
-                    let busy: HashSet<i64> = outcome.busy.into_iter().collect();
-                    let waiting = batch
-                        .iter()
-                        .filter(|e| busy.contains(&e.account_id))
-                        .cloned()
-                        .collect();
-                    return vec![set_aside.hold(self.clone(), waiting)];
-                }
-                // A row lock held elsewhere: account everyone else now.
-                Err(e) if locks == Locks::Wait && crate::db::is_lock_timeout(&e) => {
-                    tracing::info!(
-                        events = batch.len(),
-                        "an account's row lock is held elsewhere; accounting the others"
-                    );
-                    locks = Locks::SkipBusy;
-                }
-                Err(e) => {
-                    metrics::counter!("tollgate_usage_listener_errors_total").increment(1);
-                    tracing::warn!(events = batch.len(), transient = crate::db::is_transient(&e),
-                        error = %anyhow_chain(&e), "usage batch failed");
-                    if crate::db::is_transient(&e) {
-                        tokio::time::sleep(outage_backoff).await;
-                        outage_backoff = (outage_backoff * 2).min(MAX_OUTAGE_BACKOFF);
-                    } else if let Some(delay) = RETRY_DELAYS.get(refusals) {
-                        refusals += 1;
-                        tokio::time::sleep(*delay).await;
-                    } else {
-                        break e;
-                    }
-                }
-            }
-        };
-        if batch.len() == 1 {
-            metrics::counter!("tollgate_usage_events_failed_total").increment(1);
-            tracing::error!(transaction_id = %batch[0].transaction_id,
-                account_id = batch[0].account_id,
-                error = %anyhow_chain(&last_error),
-                "usage event could not be accounted");
-            return Vec::new();
-        }
-        let mut deferred = Vec::new();
-        for event in batch {
-            deferred.extend(
-                Box::pin(self.account_resilient(std::slice::from_ref(event), set_aside)).await,
-            );
-        }
-        deferred
-    }
-
-    /// Accounts `batch` as up to `lanes` concurrent transactions over disjoint sets of
-    /// accounts (by account id), which never wait for each other's row locks. Returns
-    /// the events set aside, as [`account_resilient`](Self::account_resilient) does.
-    /// The batch is reordered by lane in place (a stable sort: each account's events
-    /// keep their order), so no event is copied.
-    pub(crate) async fn account_in_lanes(
-        &self,
-        batch: &mut [UsageEvent],
-        lanes: usize,
-        set_aside: &SetAside,
-    ) -> Vec<Deferred> {
-        let lanes = lanes.max(1);
-        if lanes == 1 {
-            return self.account_resilient(batch, set_aside).await;
-        }
-        let lane_of = |event: &UsageEvent| event.account_id.rem_euclid(lanes as i64) as usize;
-        batch.sort_by_key(lane_of);
-        let work = batch
-            .chunk_by(|a, b| lane_of(a) == lane_of(b))
-            .map(|lane| self.account_resilient(lane, set_aside));
-        let deferred = futures_util::future::join_all(work).await;
-        deferred.into_iter().flatten().collect()
-    }
-}
-
-/// Events set aside because their account's row lock was held elsewhere.
-pub(crate) struct Deferred {
-    pub transaction_ids: Vec<Uuid>,
-    /// Resolves once they are settled (in the ledger, or given up on and counted); an
-    /// error when they never will be by this process (set-aside capacity exceeded, or
-    /// shutdown came first).
-    pub settled: oneshot::Receiver<()>,
-}
-
-/// Events of accounts whose row lock is held elsewhere, retried apart from the queue
-/// so they hold up no batch. Bounded like the queue: past `capacity` events waiting,
-/// more are dropped and counted.
-#[derive(Clone)]
-pub(crate) struct SetAside {
-    tasks: TaskTracker,
-    room: Arc<Semaphore>,
-    waiting: Arc<AtomicUsize>,
-}
-
-/// Most events set aside at once (as many as the default queue holds).
-pub(crate) const SET_ASIDE_CAPACITY: usize = 10_000;
-
-/// Longest pause between attempts at set-aside events.
-const MAX_SET_ASIDE_BACKOFF: Duration = Duration::from_secs(2);
-
-impl SetAside {
-    pub(crate) fn new(capacity: usize) -> Self {
-        Self {
-            tasks: TaskTracker::new(),
-            room: Arc::new(Semaphore::new(capacity.max(1))),
-            waiting: Arc::default(),
-        }
-    }
-
-    /// Events waiting here now.
-    pub(crate) fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
-    }
-
-    /// Waits until every event set aside is settled; nothing can be set aside after.
-    pub(crate) async fn settle(&self) {
-        self.tasks.close();
-        self.tasks.wait().await;
-    }
-
-    fn hold(&self, accountant: Accountant, mut events: Vec<UsageEvent>) -> Deferred {
-        let (done, settled) = oneshot::channel();
-        let deferred = Deferred {
-            transaction_ids: events.iter().map(|e| e.transaction_id).collect(),
-            settled,
-        };
-        let n = events.len();
-        let Ok(permit) = self.room.clone().try_acquire_many_owned(n as u32) else {
-            metrics::counter!("tollgate_usage_events_dropped_total", "reason" => "set_aside_full")
-                .increment(n as u64);
-            tracing::error!(
-                events = n,
-                "set-aside usage events over capacity: events lost"
-            );
-            return deferred;
-        };
-        self.waiting.fetch_add(n, Ordering::Relaxed);
-        metrics::gauge!("tollgate_usage_events_set_aside").increment(n as f64);
-        let (waiting, this) = (self.waiting.clone(), self.clone());
-        self.tasks.spawn(async move {
-            let mut delay = Duration::from_millis(50);
-            let mut nested = Vec::new();
-            while !events.is_empty() {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(MAX_SET_ASIDE_BACKOFF);
-                match accountant.account_now(&events, Locks::SkipBusy).await {
-                    Ok(outcome) => {
-                        let busy: HashSet<i64> = outcome.busy.into_iter().collect();
-                        events.retain(|e| busy.contains(&e.account_id));
-                    }
-                    Err(e) if crate::db::is_transient(&e) => {}
-                    // Refused for its data: the usual retries and split, once.
-                    Err(_) => {
-                        nested = Box::pin(accountant.account_resilient(&events, &this)).await;
-                        events.clear();
-                    }
-                }
-            }
-            waiting.fetch_sub(n, Ordering::Relaxed);
-            metrics::gauge!("tollgate_usage_events_set_aside").decrement(n as f64);
-            drop(permit);
-            let mut all_settled = true;
-            for d in nested {
-                all_settled &= d.settled.await.is_ok();
-            }
-            if all_settled {
-                let _ = done.send(());
-            }
-        });
-        deferred
-    }
-}
-
-/// How the listener forms batches and drains on shutdown.
-#[derive(Debug, Clone, Copy)]
-pub struct ListenerSettings {
-    /// Most events accounted in one transaction.
-    pub batch_size: usize,
-    /// How long a batch that is not full waits for more events after its first one.
-    /// A few milliseconds of accounting lag turn a transaction per handful of calls
-    /// into one per hundreds, which is what PostgreSQL's CPU and WAL pay for.
-    pub batch_linger: Duration,
-    /// Most batches accounted at once.
-    pub concurrent_batches: usize,
-    /// Transactions a batch is split into, by account, accounted concurrently.
-    pub account_lanes: usize,
-    /// Bound of the shutdown drain.
-    pub drain_timeout: Duration,
-}
-
-impl ListenerSettings {
-    /// The configured settings, with the listener's transactions
-    /// (`concurrent_batches × account_lanes`) kept below `max_connections` so that
-    /// requests always find a database connection.
-    pub fn from_config(config: &UsageCheckConfig, max_connections: u32) -> Self {
-        let mut settings = Self {
-            batch_size: config.batch_size,
-            batch_linger: Duration::from_millis(config.batch_linger_ms),
-            concurrent_batches: config.concurrent_batches.max(1),
-            account_lanes: config.account_lanes.max(1),
-            drain_timeout: Duration::from_millis(config.drain_timeout_ms),
-        };
-        let budget = (max_connections as usize).saturating_sub(1).max(1);
-        if settings.concurrent_batches * settings.account_lanes > budget {
-            settings.account_lanes = settings.account_lanes.min(budget);
-            settings.concurrent_batches = (budget / settings.account_lanes).max(1);
-            tracing::warn!(
-                max_connections,
-                concurrent_batches = settings.concurrent_batches,
-                account_lanes = settings.account_lanes,
-                "usage accounting narrowed to leave database connections for requests"
-            );
-        }
-        settings
-    }
-}
+use super::ledger::Accountant;
 
 /// Runs the listener until `stop` fires, then drains what is queued within the
 /// settings' `drain_timeout`.
@@ -315,19 +55,8 @@ pub async fn run(
         let lanes = settings.account_lanes;
         in_flight.spawn(async move {
             let mut batch = batch;
-            let accounting =
-                AssertUnwindSafe(accountant.account_in_lanes(&mut batch, lanes, &set_aside));
             tokio::select! {
-                done = accounting.catch_unwind() => {
-                    if done.is_err() {
-                        // `account_resilient` handles every database error itself: a
-                        // panic is a bug, and the batch is not retried into it again.
-                        metrics::counter!("tollgate_usage_events_failed_total")
-                            .increment(batch.len() as u64);
-                        tracing::error!(events = batch.len(), "usage accounting panicked");
-                    }
-                    None
-                }
+                _ = account_guarded(&accountant, &mut batch, lanes, &set_aside) => None,
                 // Lanes that committed are accounted again by the drain: a no-op, since
                 // ledger rows are idempotent and counters count inserted rows only.
                 _ = stop.cancelled() => Some(batch),
@@ -351,7 +80,7 @@ pub async fn run(
                 pending.push_back(batch);
             }
             if let Some(batch) = pending.front() {
-                accountant.account_resilient(batch, &set_aside).await;
+                account_resilient(&accountant, batch, &set_aside).await;
                 pending.pop_front();
             }
         }
@@ -380,7 +109,7 @@ async fn next_batch(
     settings: &ListenerSettings,
     stop: &CancellationToken,
 ) -> Vec<UsageEvent> {
-    let size = settings.batch_size;
+    let size = settings.batch_for(rx.len());
     let mut batch = Vec::with_capacity(size);
     tokio::select! {
         _ = rx.recv_many(&mut batch, size) => {}
@@ -415,28 +144,4 @@ fn handed_back(
 fn record_batch(batch: &[UsageEvent], depth: usize) {
     metrics::histogram!("tollgate_usage_batch_size").record(batch.len() as f64);
     metrics::gauge!("tollgate_usage_queue_depth").set(depth as f64);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings(batches: usize, lanes: usize, max_connections: u32) -> (usize, usize) {
-        let config = UsageCheckConfig {
-            concurrent_batches: batches,
-            account_lanes: lanes,
-            ..Default::default()
-        };
-        let s = ListenerSettings::from_config(&config, max_connections);
-        (s.concurrent_batches, s.account_lanes)
-    }
-
-    #[test]
-    fn accounting_leaves_database_connections_for_requests() {
-        assert_eq!(settings(2, 2, 16), (2, 2));
-        assert_eq!(settings(2, 2, 4), (1, 2));
-        assert_eq!(settings(8, 4, 16), (3, 4));
-        assert_eq!(settings(2, 2, 2), (1, 1));
-        assert_eq!(settings(2, 2, 1), (1, 1));
-    }
 }

@@ -7,6 +7,8 @@
 
 pub mod announce;
 mod credits_spent;
+mod batch;
+mod driver;
 pub mod endings;
 pub mod event;
 pub mod grants;

@@ -274,10 +274,7 @@ impl Inner {
         let (month, day) = (Month::containing(now), Day::containing(now));
         let leftover = self.take_block(account_id);
         let mut tx = self.db.begin().await?;
-        sqlx::query("SELECT id FROM account WHERE id = $1 FOR UPDATE")
-            .bind(account_id)
-            .execute(&mut *tx)
-            .await?;
+        crate::db::lock_account(&mut tx, account_id).await?;
         if leftover > 0 {
             give_back(&mut tx, account_id, self.replica, leftover).await?;
         }
@@ -506,8 +503,8 @@ async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
 }
 
 /// Applies another replica's news to this replica's entry of the account.
-/// Figures of the entry's own month and day update it in place; anything else has
-/// it read again on its next call. A held block stays either way.
+/// Figures of the entry's own month and day update it in place (and count as a fresh
+/// read); anything else has it read again on its next call. A held block stays either way.
 fn apply_news(news: News, entry: &mut Entry) {
     let now = Utc::now();
     match news.figures {
@@ -519,6 +516,9 @@ fn apply_news(news: News, entry: &mut Entry) {
             if let Some(daily) = entry.standing.daily.as_mut() {
                 daily.used = today;
             }
+            // Figures a batch just committed are as fresh as a read: the entry is fed by
+            // the batches, wherever they are accounted, not read again on a timer.
+            entry.loaded_at = Instant::now();
         }
         _ => entry.loaded_at = Instant::now() - ENTRY_TTL,
     }

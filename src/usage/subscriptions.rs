@@ -209,13 +209,9 @@ pub(super) async fn lock_account(
     tx: &mut PgConnection,
     account_id: i64,
 ) -> Result<(), ActivationError> {
-    let found: Option<i64> = sqlx::query_scalar("SELECT id FROM account WHERE id = $1 FOR UPDATE")
-        .bind(account_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    match found {
-        Some(_) => Ok(()),
-        None => Err(ActivationError::AccountNotFound),
+    match crate::db::lock_account(tx, account_id).await? {
+        true => Ok(()),
+        false => Err(ActivationError::AccountNotFound),
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Batches form as in the in-process listener (up to `usage_check.batch_size`, waiting
 //! `batch_linger_ms` after the first message), up to `concurrent_batches` are accounted
-//! at once through [`Accountant::account_in_lanes`] (the listener's resilience: outages
+//! at once through the driver shared with the in-process listener (`usage::driver`: outages
 //! wait, refusals are retried and split, locked accounts set aside). While a batch is
 //! being accounted its messages are kept from redelivery with progress acks; events
 //! set aside are acknowledged when they are settled. A process that dies before
@@ -11,12 +11,11 @@
 //! whichever process pulls next; accounting them again changes nothing.
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
 use async_nats::jetstream::consumer::pull;
-use futures_util::{FutureExt as _, StreamExt as _};
+use futures_util::StreamExt as _;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -26,9 +25,11 @@ use uuid::Uuid;
 use super::acks::{Acks, Delivery, keep_alive};
 use crate::config::NatsConfig;
 use crate::telemetry::RateLimitedLog;
+use crate::usage::driver::{
+    Deferred, ListenerSettings, SET_ASIDE_CAPACITY, SetAside, account_guarded,
+};
 use crate::usage::event::UsageEvent;
 use crate::usage::ledger::Accountant;
-use crate::usage::listener::{Deferred, ListenerSettings, SET_ASIDE_CAPACITY, SetAside};
 
 /// Idle heartbeat asked of the server while pulling: two missed ones end the pull.
 const PULL_HEARTBEAT: Duration = Duration::from_secs(5);
@@ -69,6 +70,9 @@ pub async fn run(
     ));
     let errors = RateLimitedLog::default();
     let mut backoff = MIN_BACKOFF;
+    // A batch that filled before its linger ran out means a backlog: the next may be
+    // twice as large, up to `max_batch`; one that did not goes back to `batch_size`.
+    let mut size = batching.batch_size.max(1);
 
     'bind: while !stop.is_cancelled() {
         let bound = tokio::select! {
@@ -103,7 +107,12 @@ pub async fn run(
             }
             let (batch, ended) = tokio::select! {
                 _ = stop.cancelled() => break 'bind,
-                pulled = next_batch(&mut messages, &batching, &acks, &errors) => pulled,
+                pulled = next_batch(&mut messages, size, &batching, &acks, &errors) => pulled,
+            };
+            size = if batch.len() >= size {
+                batching.batch_for(size * 2)
+            } else {
+                batching.batch_for(0)
             };
             if !batch.is_empty() {
                 metrics::histogram!("tollgate_usage_batch_size").record(batch.len() as f64);
@@ -166,15 +175,15 @@ struct Pulled {
 }
 
 /// The next batch: waits for a first message, then takes what arrives within the
-/// linger, up to the batch size. `true` when the pull ended (an error, NATS gone) and
+/// linger, up to `size`. `true` when the pull ended (an error, NATS gone) and
 /// the consumer must be bound again.
 async fn next_batch(
     messages: &mut pull::Stream,
+    size: usize,
     settings: &ListenerSettings,
     acks: &Acks,
     errors: &RateLimitedLog,
 ) -> (Vec<Pulled>, bool) {
-    let size = settings.batch_size.max(1);
     let mut batch = Vec::with_capacity(size);
     let mut until = None;
     while batch.len() < size {
@@ -251,17 +260,11 @@ async fn account_batch(
 ) {
     let (mut events, deliveries): (Vec<UsageEvent>, Vec<Delivery>) =
         batch.into_iter().map(|p| (p.event, p.delivery)).unzip();
-    let accounting = AssertUnwindSafe(accountant.account_in_lanes(&mut events, lanes, &set_aside))
-        .catch_unwind();
-    let deferred = match keep_alive(&acks, &deliveries, ack_wait, accounting).await {
-        Ok(deferred) => deferred,
-        Err(_) => {
-            // A bug, not a database error: counted and not retried, as in the listener.
-            metrics::counter!("tollgate_usage_events_failed_total").increment(events.len() as u64);
-            tracing::error!(events = events.len(), "usage accounting panicked");
-            acks.send(AckKind::Term, &deliveries).await;
-            return;
-        }
+    let accounting = account_guarded(&accountant, &mut events, lanes, &set_aside);
+    let Some(deferred) = keep_alive(&acks, &deliveries, ack_wait, accounting).await else {
+        // A bug, not a database error: counted and not retried, as in the listener.
+        acks.send(AckKind::Term, &deliveries).await;
+        return;
     };
     if deferred.is_empty() {
         acks.send(AckKind::Ack, &deliveries).await;

@@ -7,7 +7,8 @@
 //!   NATS does not answer, events wait in that bounded queue; a full queue drops, counted,
 //!   as with the in-process transport.
 //! - [`consumer`] pulls batches from the durable consumer every accounting process
-//!   shares, accounts them through the listener's resilient batch accounting, and
+//!   shares, accounts them through the accounting driver it shares with the in-process
+//!   listener (`usage::driver`), and
 //!   acknowledges each message only once its ledger transaction committed. A message
 //!   delivered twice (its process died, an ack was lost) changes nothing the second
 //!   time: the ledger's transaction id is unique.
