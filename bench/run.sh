@@ -362,9 +362,42 @@ JSON
 
 # Answers of one loadgen output that came from the upstream (not 401, 429, 502-504,
 # which the gateway answers itself), warmup and drain included: the calls to meter.
+all_answers() {
+    { grep -o '"total_by_status":{[^}]*}' "$1" || true; } | { grep -o '"[0-9]*":[0-9]*' || true; } |
+        tr -d '"' | awk -F: '{ s += $2 } END { printf "%d\n", s }'
+}
+
 upstream_answers() {
     { grep -o '"total_by_status":{[^}]*}' "$1" || true; } | { grep -o '"[0-9]*":[0-9]*' || true; } |
         tr -d '"' | awk -F: '$1 !~ /^(401|429|502|503|504)$/ { s += $2 } END { printf "%d\n", s }'
+}
+
+# Syscalls and context switches of a target's own processes over a whole run (warmup
+# included), counted by the kernel (`perf stat`: the raw_syscalls:sys_enter tracepoint
+# and the context-switches software event, every thread of the processes), when perf
+# can count them here; the report divides them by the run's answers.
+PERF_EVENTS=raw_syscalls:sys_enter,context-switches
+if [ "${BENCH_PERF:-1}" = 1 ] && command -v perf >/dev/null 2>&1 &&
+    perf stat -x, -e "$PERF_EVENTS" -o /dev/null true >/dev/null 2>&1; then
+    PERF=1
+else
+    PERF=0
+fi
+target_pids() {
+    local pid
+    case $1 in
+    upstream) pid=$UPSTREAM_PID ;;
+    nginx) pid=$NGINX_PID ;;
+    local) pid=$GATEWAY_PID_local ;;
+    full) pid=$GATEWAY_PID_full ;;
+    fulljs) pid=$GATEWAY_PID_fulljs ;;
+    esac
+    { echo "$pid"; pgrep -P "$pid" || true; } | paste -sd,
+}
+# "syscalls context_switches" of a perf stat -x, output file.
+perf_counts() {
+    awk -F, '$3 == "raw_syscalls:sys_enter" { s = $1 } $3 == "context-switches" { c = $1 }
+        END { printf "%d %d\n", s, c }' "$1"
 }
 
 ledger_rows() { psql_db "$1" -At -c "SELECT count(*) FROM subscription_tracking"; }
@@ -391,7 +424,7 @@ cpu_args() {
 # run: their PostgreSQL time should be ~0.
 drive() {
     local phase=$1 target=$2 port=$3 round=$4 metrics="" db="" ledger0=0 ledger1=0
-    local accounted0=0 accounted calls pg0 pg1 t0 t1 t2 lag deadline
+    local accounted0=0 accounted calls pg0 pg1 t0 t1 t2 lag deadline sys ctx
     shift 4
     case $target in
     full) metrics=$FULL_METRICS db=$DB_FULL ;;
@@ -406,12 +439,24 @@ drive() {
     local out=$RUN/$phase-$target.round$round.json
     t0=$(date +%s.%N)
     pg0=$("$EX/cpu_sample" --clk-tck "$CLK_TCK" "$PG_POSTMASTER")
+    local perf_pid=""
+    if [ "$PERF" = 1 ]; then
+        perf stat -x, -e "$PERF_EVENTS" -p "$(target_pids "$target")" \
+            -o "$RUN/perf-$phase-$target.round$round.txt" >/dev/null 2>&1 &
+        perf_pid=$!
+    fi
     # shellcheck disable=SC2046 # cpu_args yields separate words on purpose
     "$EX/loadgen" --url "http://127.0.0.1:$port" --keys "$KEYS" \
         --concurrency "$CONCURRENCY" --duration "$DURATION" --warmup "$WARMUP" \
         --clk-tck "$CLK_TCK" $(cpu_args "$target") \
         --label "$target" "$@" >"$out" || die "loadgen failed against $target (see above)"
     t1=$(date +%s.%N)
+    if [ -n "$perf_pid" ]; then
+        kill -INT "$perf_pid" 2>/dev/null || true
+        wait "$perf_pid" 2>/dev/null || true
+        read -r sys ctx < <(perf_counts "$RUN/perf-$phase-$target.round$round.txt")
+        echo "$target $sys $ctx $(all_answers "$out")" >>"$RUN/perf-$phase.txt"
+    fi
     calls=$(upstream_answers "$out")
     if [ -n "$db" ]; then
         deadline=$((SECONDS + 120))
@@ -491,3 +536,15 @@ JSON
 mkdir -p "$RESULTS"
 OUT=$RESULTS/$(date -u +%Y%m%dT%H%M%SZ).json
 "$EX/bench_report" --run-dir "$RUN" --out "$OUT" ${PG_BASELINE_US:+--pg-baseline-us "$PG_BASELINE_US"}
+if [ "$PERF" = 1 ]; then
+    for phase in closed rate; do
+        [ -s "$RUN/perf-$phase.txt" ] || continue
+        echo
+        echo "syscalls and context switches per call, $phase: the target's own processes over every round, warmup included (perf stat)"
+        printf '%-28s %12s %12s %12s\n' target calls syscalls ctx-switches
+        awk '{ s[$1] += $2; c[$1] += $3; n[$1] += $4 } END {
+            split("upstream nginx local full fulljs", order, " ")
+            for (i = 1; i <= 5; i++) { t = order[i]; if (n[t] > 0)
+                printf "%-28s %12d %12.2f %12.3f\n", t, n[t], s[t] / n[t], c[t] / n[t] } }' "$RUN/perf-$phase.txt"
+    done
+fi

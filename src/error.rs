@@ -4,10 +4,13 @@
 //! `{"code": "...", "message": "..."}`; 5xx bodies are generic and the cause is logged
 //! inside the request span instead of being sent.
 
+use std::sync::LazyLock;
+
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde::Serialize;
 
 use crate::server::body::RequestBodyError;
@@ -254,17 +257,65 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(code, reason = %self, "request refused");
         }
-        let body = ErrorBody {
-            code,
-            message: self.public_message(),
+        let mut response = match self.fixed_body() {
+            Some(body) => (
+                status,
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    axum::http::HeaderValue::from_static("application/json"),
+                )],
+                body,
+            )
+                .into_response(),
+            None => {
+                let body = ErrorBody {
+                    code,
+                    message: self.public_message(),
+                };
+                (status, Json(body)).into_response()
+            }
         };
-        let mut response = (status, Json(body)).into_response();
         if let Some(secs) = self.retry_after_secs() {
             response
                 .headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, secs.into());
         }
         response
+    }
+}
+
+/// The bodies of the refusals a proxied call can get whose text never changes,
+/// serialised once: `401 INVALID_API_KEY`, `429 REQUEST_THROTTLED`, `429
+/// QUOTA_EXCEEDED`, `404 NOT_FOUND`, `405 METHOD_NOT_ALLOWED`.
+static FIXED_BODIES: LazyLock<[Bytes; 5]> = LazyLock::new(|| {
+    [
+        ApiError::InvalidApiKey,
+        ApiError::Throttled,
+        ApiError::QuotaExceeded { retry_after: 0 },
+        ApiError::NotFound,
+        ApiError::MethodNotAllowed,
+    ]
+    .map(|e| {
+        let body = ErrorBody {
+            code: e.status_and_code().1,
+            message: e.public_message(),
+        };
+        Bytes::from(serde_json::to_vec(&body).expect("an error body serialises"))
+    })
+});
+
+impl ApiError {
+    /// The body of [`FIXED_BODIES`] this error answers with, if it is one of them.
+    fn fixed_body(&self) -> Option<Bytes> {
+        let index = match self {
+            ApiError::InvalidApiKey => 0,
+            ApiError::Throttled => 1,
+            ApiError::QuotaExceeded { .. } => 2,
+            ApiError::NotFound => 3,
+            ApiError::MethodNotAllowed => 4,
+            _ => return None,
+        };
+        Some(FIXED_BODIES[index].clone())
     }
 }
 
@@ -318,6 +369,28 @@ mod tests {
             anyhow_chain(err.as_ref()),
             "cannot reach the database: refused"
         );
+    }
+
+    #[test]
+    fn fixed_bodies_are_the_errors_own_json() {
+        for error in [
+            ApiError::InvalidApiKey,
+            ApiError::Throttled,
+            ApiError::QuotaExceeded { retry_after: 5 },
+            ApiError::NotFound,
+            ApiError::MethodNotAllowed,
+        ] {
+            let body: serde_json::Value =
+                serde_json::from_slice(&error.fixed_body().unwrap()).unwrap();
+            assert_eq!(
+                body,
+                serde_json::json!({
+                    "code": error.status_and_code().1,
+                    "message": error.public_message(),
+                })
+            );
+        }
+        assert!(ApiError::UpstreamTimeout.fixed_body().is_none());
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //!
 //! `tracing` with a text or JSON formatter; Prometheus metrics through the `metrics`
 //! facade, rendered on the metrics listener only. [`RateLimitedLog`] keeps a failing
-//! dependency from turning every request into a log line.
+//! dependency from turning every request into a log line. Span fields are formatted
+//! only once a line inside the span is logged ([`deferred`]).
+
+mod deferred;
 
 use std::borrow::Cow;
 use std::io::IsTerminal;
@@ -31,16 +34,18 @@ pub fn init_tracing(config: &LogConfig) {
     let registry = tracing_subscriber::registry().with(filter.layer());
     let result = match config.format {
         LogFormat::Json => registry
-            .with(
+            .with(deferred::Deferred::new(
                 tracing_subscriber::fmt::layer()
                     .json()
                     .with_current_span(true)
                     .with_span_list(false),
-            )
+            ))
             .try_init(),
         // Colour codes only for a terminal: a log file or collector gets plain text.
         LogFormat::Text => registry
-            .with(tracing_subscriber::fmt::layer().with_ansi(std::io::stdout().is_terminal()))
+            .with(deferred::Deferred::new(
+                tracing_subscriber::fmt::layer().with_ansi(std::io::stdout().is_terminal()),
+            ))
             .try_init(),
     };
     let _ = result;

@@ -19,6 +19,10 @@
 //! A lookup that raced with an invalidation does not insert its (possibly stale) result:
 //! inserts carry the invalidation generation read before the database query.
 //!
+//! A hit writes nothing shared but its metric: the entries are a sharded map read
+//! without a global lock, and the writers (inserts after a miss, invalidations) take
+//! one mutex of their own, so the generation check and the insert stay one step.
+//!
 //! Hashes the database did not know are remembered for [`UNKNOWN_TTL`] (at most
 //! [`MAX_UNKNOWN`] of them), so a flood of one unknown key costs one query per TTL. This
 //! cannot refuse a valid key: keys are created with 238 random bits and shown only once
@@ -27,9 +31,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use dashmap::DashMap;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::task::JoinHandle;
@@ -37,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use metrics::Counter;
 
+use crate::sync::lock;
 use crate::telemetry::{RateLimitedLog, Registered};
 
 /// The notification channel of key revocations (and of the replicas' own pings).
@@ -51,6 +57,8 @@ pub const UNKNOWN_TTL: Duration = Duration::from_secs(5);
 pub const MAX_UNKNOWN: usize = 10_000;
 /// Pause before reconnecting a failed listener.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+/// Shards of the entries' map: enough that two calls rarely share one.
+const SHARDS: usize = 64;
 
 /// A valid key, as the database last said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +78,10 @@ pub struct KeyCache {
 }
 
 struct Inner {
-    entries: RwLock<HashMap<[u8; 32], CachedKey>>,
+    entries: DashMap<[u8; 32], CachedKey>,
+    /// Held by every writer of `entries`, so an insert's generation check and the
+    /// insert are one step against invalidations.
+    writing: Mutex<()>,
     /// Hashes the database did not know, with the instant they stop being trusted.
     unknown: RwLock<HashMap<[u8; 32], Instant>>,
     generation: AtomicU64,
@@ -93,7 +104,8 @@ impl KeyCache {
     pub fn new(max_entries: usize) -> Self {
         Self {
             inner: Some(Arc::new(Inner {
-                entries: RwLock::new(HashMap::new()),
+                entries: DashMap::with_shard_amount(SHARDS),
+                writing: Mutex::new(()),
                 unknown: RwLock::new(HashMap::new()),
                 generation: AtomicU64::new(0),
                 heard: AtomicU64::new(0),
@@ -121,7 +133,7 @@ impl KeyCache {
         if !inner.trusted(Instant::now()) {
             return None;
         }
-        let hit = read(&inner.entries).get(hash).copied();
+        let hit = inner.entries.get(hash).map(|entry| *entry);
         static HIT: Registered<Counter> = Registered::new();
         static MISS: Registered<Counter> = Registered::new();
         match hit {
@@ -145,15 +157,15 @@ impl KeyCache {
     /// `ticket` was taken (the lookup may have read a row a revocation then changed).
     pub fn insert(&self, ticket: Ticket, hash: [u8; 32], key: CachedKey) {
         let Some(inner) = &self.inner else { return };
-        let mut entries = write(&inner.entries);
-        // Checked under the write lock: invalidations bump the generation under it too.
+        let _writing = lock(&inner.writing);
+        // Checked under the writers' lock: invalidations bump the generation under it too.
         if inner.generation.load(Ordering::Acquire) != ticket.0 {
             return;
         }
-        if entries.len() >= inner.max_entries && !entries.contains_key(&hash) {
-            entries.clear();
+        if inner.entries.len() >= inner.max_entries && !inner.entries.contains_key(&hash) {
+            inner.entries.clear();
         }
-        entries.insert(hash, key);
+        inner.entries.insert(hash, key);
     }
 
     /// Whether the database said, less than [`UNKNOWN_TTL`] before `now`, that it has no
@@ -187,22 +199,22 @@ impl KeyCache {
     /// Forgets one key (its hash was notified).
     pub fn invalidate(&self, hash: &[u8; 32]) {
         let Some(inner) = &self.inner else { return };
-        let mut entries = write(&inner.entries);
+        let _writing = lock(&inner.writing);
         inner.generation.fetch_add(1, Ordering::AcqRel);
-        entries.remove(hash);
+        inner.entries.remove(hash);
     }
 
     /// Forgets every key.
     pub fn flush(&self) {
         let Some(inner) = &self.inner else { return };
-        let mut entries = write(&inner.entries);
+        let _writing = lock(&inner.writing);
         inner.generation.fetch_add(1, Ordering::AcqRel);
-        entries.clear();
+        inner.entries.clear();
     }
 
     /// Keys held now.
     pub fn len(&self) -> usize {
-        self.inner.as_ref().map_or(0, |i| read(&i.entries).len())
+        self.inner.as_ref().map_or(0, |i| i.entries.len())
     }
 
     pub fn is_empty(&self) -> bool {

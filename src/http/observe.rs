@@ -3,8 +3,9 @@
 //! Every request gets a fresh [`RequestId`], whatever the client sent; it names the
 //! span and is returned as `X-Request-Id` on every response.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{LazyLock, OnceLock, RwLock};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
@@ -59,7 +60,6 @@ fn status_label(status: StatusCode) -> SharedString {
 }
 
 /// A request's series: its count by route, method and status, its duration by route.
-#[derive(Clone)]
 struct Series {
     requests: Counter,
     duration: Histogram,
@@ -76,29 +76,43 @@ impl Series {
         }
     }
 
-    /// The series of a request, registered once per `'static` route (the proxied
-    /// prefixes, where nearly every request goes), method and status.
-    fn of(
+    /// Counts a request and records its duration. The series of the `'static` routes
+    /// (the proxied prefixes, where nearly every request goes) are registered once per
+    /// worker thread, method and status, and looked up there without any lock.
+    fn record(
         route: &SharedString,
         name: Option<&'static str>,
         method: usize,
         status: StatusCode,
-    ) -> Self {
+        seconds: f64,
+    ) {
         type Key = (usize, usize, u16);
-        static KNOWN: LazyLock<RwLock<HashMap<Key, Series>>> = LazyLock::new(Default::default);
+        thread_local! {
+            static KNOWN: RefCell<HashMap<Key, Series>> = RefCell::new(HashMap::new());
+        }
         let Some(name) = name else {
-            return Self::register(route.clone(), method, status);
+            let series = Self::register(route.clone(), method, status);
+            series.requests.increment(1);
+            series.duration.record(seconds);
+            return;
         };
         let key = (name.as_ptr() as usize, method, status.as_u16());
-        if let Some(series) = KNOWN.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            return series.clone();
-        }
-        let series = Self::register(route.clone(), method, status);
-        if crate::telemetry::recorder_installed() {
-            let mut known = KNOWN.write().unwrap_or_else(|e| e.into_inner());
-            known.insert(key, series.clone());
-        }
-        series
+        KNOWN.with_borrow_mut(|known| {
+            let series = match known.get(&key) {
+                Some(series) => series,
+                None => {
+                    let series = Self::register(route.clone(), method, status);
+                    if !crate::telemetry::recorder_installed() {
+                        series.requests.increment(1);
+                        series.duration.record(seconds);
+                        return;
+                    }
+                    known.entry(key).or_insert(series)
+                }
+            };
+            series.requests.increment(1);
+            series.duration.record(seconds);
+        });
     }
 }
 
@@ -107,11 +121,14 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
     request.extensions_mut().insert(id);
     let (route, static_route) = route_label(&request);
     let method = request.method().clone();
+    // Fields as text, which the log formatter keeps as they are until a line inside
+    // the request is logged (`telemetry::deferred`); they print as `%` fields.
+    let mut id_text = [0u8; uuid::fmt::Hyphenated::LENGTH];
     let span = tracing::info_span!(
         "request",
-        request_id = %id.0,
-        method = %method,
-        route = %route,
+        request_id = &*id.0.hyphenated().encode_lower(&mut id_text),
+        method = method.as_str(),
+        route = route.as_ref(),
         account_id = tracing::field::Empty,
     );
     let started = Instant::now();
@@ -132,8 +149,12 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
             );
         });
     }
-    let series = Series::of(&route, static_route, method_index(&method), status);
-    series.requests.increment(1);
-    series.duration.record(elapsed.as_secs_f64());
+    Series::record(
+        &route,
+        static_route,
+        method_index(&method),
+        status,
+        elapsed.as_secs_f64(),
+    );
     response
 }

@@ -108,19 +108,20 @@ impl Throttler {
         let decision = match &self.inner {
             None => Admission::Disabled,
             Some(inner) => {
+                let (month, day) = (Month::containing(now), Day::containing(now));
                 match inner
                     .view
-                    .lookup(account_id, Month::containing(now), Instant::now())
+                    .lookup_both(account_id, month, day, Instant::now())
                 {
-                    Lookup::Unmarked if inner.view.day_marked(account_id, Day::containing(now)) => {
-                        inner.bucket_decision(account_id, request_id)
-                    }
-                    Lookup::Unmarked => Admission::Unmarked,
-                    Lookup::Stale => {
-                        inner.note_fail_open("stale_view", "marker view is stale; admitting");
-                        Admission::FailOpen
-                    }
-                    Lookup::Marked => inner.bucket_decision(account_id, request_id),
+                    (Lookup::Unmarked, true) => inner.bucket_decision(account_id, request_id),
+                    (lookup, _) => match lookup {
+                        Lookup::Unmarked => Admission::Unmarked,
+                        Lookup::Stale => {
+                            inner.note_fail_open("stale_view", "marker view is stale; admitting");
+                            Admission::FailOpen
+                        }
+                        Lookup::Marked => inner.bucket_decision(account_id, request_id),
+                    },
                 }
             }
         };

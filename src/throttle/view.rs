@@ -11,11 +11,17 @@
 //! view whose last listing is older than the staleness bound (stretched to two listing
 //! intervals when the budget spaces listings further apart), or of another month, is
 //! treated as empty: the gateway fails open rather than throttle on old news.
+//!
+//! Admission reads the view on every call, so reading takes no lock: the view is an
+//! immutable snapshot swapped whole ([`ArcSwap`]). Changes (notifications, listings,
+//! this replica's own writes) are rare; each copies the snapshot, one writer at a time.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::RwLock;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use chrono::DateTime;
 
 use super::fleet::MarkerKind;
@@ -24,7 +30,7 @@ use crate::month::{Day, Month};
 /// How long this replica's own marker writes and deletes override a reload of the table.
 pub const OWN_CHANGES_TTL: Duration = Duration::from_secs(30);
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Snapshot {
     month: Option<Month>,
     accounts: HashSet<i64>,
@@ -48,17 +54,48 @@ pub enum Lookup {
     Stale,
 }
 
-/// Shared, read-mostly marker set. The lock is never held across an `.await`.
+/// Shared, read-mostly marker set. The writers' lock is never held across an `.await`.
 #[derive(Debug)]
 pub struct MarkerView {
-    inner: RwLock<Snapshot>,
+    inner: ArcSwap<Snapshot>,
+    /// One writer at a time, so no change is lost between a copy and its swap.
+    writing: Mutex<()>,
     max_staleness: Duration,
+}
+
+/// A copy of the snapshot being changed; swapped in when dropped.
+struct Writing<'a> {
+    view: &'a MarkerView,
+    snap: Option<Snapshot>,
+    _lock: MutexGuard<'a, ()>,
+}
+
+impl Deref for Writing<'_> {
+    type Target = Snapshot;
+    fn deref(&self) -> &Snapshot {
+        self.snap.as_ref().expect("present until dropped")
+    }
+}
+
+impl DerefMut for Writing<'_> {
+    fn deref_mut(&mut self) -> &mut Snapshot {
+        self.snap.as_mut().expect("present until dropped")
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        if let Some(snap) = self.snap.take() {
+            self.view.inner.store(Arc::new(snap));
+        }
+    }
 }
 
 impl MarkerView {
     pub fn new(max_staleness: Duration) -> Self {
         Self {
-            inner: RwLock::new(Snapshot {
+            writing: Mutex::new(()),
+            inner: ArcSwap::from_pointee(Snapshot {
                 month: None,
                 accounts: HashSet::new(),
                 refreshed_at: None,
@@ -71,17 +108,42 @@ impl MarkerView {
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Snapshot> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    fn read(&self) -> arc_swap::Guard<Arc<Snapshot>> {
+        self.inner.load()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Snapshot> {
-        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    fn write(&self) -> Writing<'_> {
+        let lock = crate::sync::lock(&self.writing);
+        Writing {
+            view: self,
+            snap: Some(Snapshot::clone(&self.inner.load())),
+            _lock: lock,
+        }
+    }
+
+    /// Whether `account_id` is marked in `month`, and whether it has a daily marker for
+    /// `day`, as of `now`: [`MarkerView::lookup`] and [`MarkerView::day_marked`] from
+    /// one read of the view.
+    pub fn lookup_both(
+        &self,
+        account_id: i64,
+        month: Month,
+        day: Day,
+        now: Instant,
+    ) -> (Lookup, bool) {
+        let snap = self.read();
+        (
+            self.lookup_in(&snap, account_id, month, now),
+            snap.day == Some(day) && snap.day_accounts.contains(&account_id),
+        )
     }
 
     /// Whether `account_id` is marked in `month`, as of `now`.
     pub fn lookup(&self, account_id: i64, month: Month, now: Instant) -> Lookup {
-        let snap = self.read();
+        self.lookup_in(&self.read(), account_id, month, now)
+    }
+
+    fn lookup_in(&self, snap: &Snapshot, account_id: i64, month: Month, now: Instant) -> Lookup {
         let trusted_for = self.max_staleness.max(snap.listing_interval * 2);
         let fresh = snap
             .refreshed_at

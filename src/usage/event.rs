@@ -10,7 +10,7 @@
 //! other.
 
 use chrono::{DateTime, Utc};
-use metrics::{Counter, Gauge};
+use metrics::Counter;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -166,10 +166,8 @@ impl UsagePublisher {
             }
             PublishOutcome::Disabled => {}
         }
-        static DEPTH: Registered<Gauge> = Registered::new();
-        DEPTH
-            .get(|| metrics::gauge!("tollgate_usage_queue_depth"))
-            .set(self.depth() as f64);
+        // `tollgate_usage_queue_depth` is set by whatever drains the queue, as it takes
+        // events: a gauge written by every call would be a shared write per call.
         outcome
     }
 }

@@ -14,12 +14,15 @@
 //! forwarded never exceed the allowance — except by calls whose cost only the
 //! upstream's header revealed. Blocks shrink as the allowance runs out, idle blocks go
 //! back, and a replica that vanishes leaves its reservations to expire.
+//!
+//! Every call reads its account's entry, so the entries are a sharded map: calls of
+//! different accounts take no lock in common.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use dashmap::DashMap;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::task::JoinHandle;
@@ -31,13 +34,14 @@ use super::report::standings;
 use super::rules::{Enforcement, Standing};
 use super::spending::reservation_block;
 use crate::month::{Day, Month, seconds_until};
-use crate::sync::lock;
 use crate::throttle::Throttler;
 
 /// How long an entry is trusted without news (a safety net under notifications).
 const ENTRY_TTL: Duration = Duration::from_secs(60);
 /// Entries held at most; a full view starts over.
 const MAX_ENTRIES: usize = 200_000;
+/// Shards of the entries' map.
+const SHARDS: usize = 64;
 /// How long a reservation lasts unless renewed.
 const LEASE: Duration = Duration::from_secs(60);
 /// A block unused this long goes back to the account.
@@ -78,7 +82,7 @@ struct Inner {
     free_monthly_calls: i64,
     replica: Uuid,
     throttler: Throttler,
-    entries: Mutex<HashMap<i64, Entry>>,
+    entries: DashMap<i64, Entry>,
     /// One reservation at a time per account on this replica.
     reserving: tokio::sync::Mutex<()>,
 }
@@ -101,7 +105,7 @@ impl QuotaView {
                 free_monthly_calls,
                 replica: Uuid::new_v4(),
                 throttler,
-                entries: Mutex::new(HashMap::new()),
+                entries: DashMap::with_shard_amount(SHARDS),
                 reserving: tokio::sync::Mutex::new(()),
             })),
         }
@@ -158,9 +162,8 @@ impl QuotaView {
     /// Takes the standings this replica just accounted.
     pub fn observe(&self, accounted: &[Standing], now: DateTime<Utc>) {
         let Some(inner) = &self.inner else { return };
-        let mut entries = lock(&inner.entries);
         for standing in accounted {
-            if let Some(entry) = entries.get_mut(&standing.account_id) {
+            if let Some(mut entry) = inner.entries.get_mut(&standing.account_id) {
                 entry.standing = standing.clone();
                 entry.month = Month::containing(now);
                 entry.day = Day::containing(now);
@@ -172,9 +175,8 @@ impl QuotaView {
     /// Forgets what this replica knows of `account_ids` (their plan changed).
     pub fn forget(&self, account_ids: &[i64]) {
         let Some(inner) = &self.inner else { return };
-        let mut entries = lock(&inner.entries);
         for id in account_ids {
-            entries.remove(id);
+            inner.entries.remove(id);
         }
     }
 
@@ -194,7 +196,7 @@ impl QuotaView {
 impl Inner {
     async fn standing(&self, account_id: i64, now: DateTime<Utc>) -> Result<Standing, sqlx::Error> {
         let (month, day) = (Month::containing(now), Day::containing(now));
-        if let Some(entry) = lock(&self.entries).get(&account_id)
+        if let Some(entry) = self.entries.get(&account_id)
             && entry.month == month
             && entry.day == day
             && entry.loaded_at.elapsed() < ENTRY_TTL
@@ -216,11 +218,10 @@ impl Inner {
         if standing.daily.is_some() {
             self.throttler.watch_daily();
         }
-        let mut entries = lock(&self.entries);
-        if entries.len() >= MAX_ENTRIES {
-            entries.clear();
+        if self.entries.len() >= MAX_ENTRIES {
+            self.entries.clear();
         }
-        let entry = entries.entry(account_id).or_insert_with(|| Entry {
+        let mut entry = self.entries.entry(account_id).or_insert_with(|| Entry {
             standing: standing.clone(),
             month,
             day,
@@ -239,8 +240,7 @@ impl Inner {
 
     /// Spends `cost` from this replica's block of the account, if it has enough.
     fn spend_block(&self, account_id: i64, cost: i64, now: DateTime<Utc>) -> bool {
-        let mut entries = lock(&self.entries);
-        let Some(entry) = entries.get_mut(&account_id) else {
+        let Some(mut entry) = self.entries.get_mut(&account_id) else {
             return false;
         };
         // A block whose lease may have lapsed is not spent: the units may be gone.
@@ -339,15 +339,14 @@ impl Inner {
 
     /// Takes the account's block out of the entry (to be given back).
     fn take_block(&self, account_id: i64) -> i64 {
-        lock(&self.entries)
+        self.entries
             .get_mut(&account_id)
-            .map_or(0, |e| std::mem::take(&mut e.block))
+            .map_or(0, |mut e| std::mem::take(&mut e.block))
     }
 
     fn put(&self, account_id: i64, standing: &Standing, now: DateTime<Utc>, block: i64) {
-        let mut entries = lock(&self.entries);
         let at = Instant::now();
-        entries.insert(
+        self.entries.insert(
             account_id,
             Entry {
                 standing: standing.clone(),
@@ -365,10 +364,10 @@ impl Inner {
     /// Gives back the blocks `which` selects; renews the leases of the others.
     async fn return_blocks(&self, which: impl Fn(&Entry) -> bool) {
         let (to_return, to_renew): (Vec<(i64, i64)>, Vec<i64>) = {
-            let mut entries = lock(&self.entries);
             let mut back = Vec::new();
             let mut renew = Vec::new();
-            for (id, entry) in entries.iter_mut().filter(|(_, e)| e.block > 0) {
+            for mut item in self.entries.iter_mut().filter(|e| e.block > 0) {
+                let (id, entry) = item.pair_mut();
                 if which(entry) {
                     back.push((*id, std::mem::take(&mut entry.block)));
                 } else {
@@ -467,7 +466,7 @@ async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
             let mut listener = PgListener::connect_with(&inner.db).await?;
             listener.listen(CHANNEL).await?;
             // What changed before LISTEN took effect is unknown: start over.
-            lock(&inner.entries).retain(|_, e| e.block > 0);
+            inner.entries.retain(|_, e| e.block > 0);
             loop {
                 let notification = tokio::select! {
                     _ = stop.cancelled() => return Ok::<_, sqlx::Error>(()),
@@ -479,13 +478,12 @@ async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
                 if from == inner.replica.to_string() {
                     continue;
                 }
-                let mut entries = lock(&inner.entries);
                 for item in ids.split(',') {
                     let Some(news) = News::parse(item) else {
                         continue;
                     };
-                    if let Some(entry) = entries.get_mut(&news.account_id) {
-                        apply_news(news, entry);
+                    if let Some(mut entry) = inner.entries.get_mut(&news.account_id) {
+                        apply_news(news, &mut entry);
                     }
                 }
             }
@@ -493,7 +491,7 @@ async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
         .await;
         if let Err(e) = result {
             tracing::warn!(error = %e, "standing listener lost; reconnecting");
-            lock(&inner.entries).retain(|_, e| e.block > 0);
+            inner.entries.retain(|_, e| e.block > 0);
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
