@@ -97,6 +97,7 @@ mod tests {
             daily_allowance: None,
             enforcement: Enforcement::Soft,
             price_id: None,
+            checkout_url: None,
         }
     }
 

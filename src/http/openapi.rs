@@ -278,6 +278,7 @@ mod tests {
             daily_allowance: None,
             enforcement: Default::default(),
             price_id: None,
+            checkout_url: None,
         }];
         let doc = super::document(&config);
         let schemas = &doc["components"]["schemas"];

@@ -441,6 +441,7 @@ async fn the_subscription_form_offers_the_catalogue_and_states_its_date_format()
             daily_allowance: None,
             enforcement: Default::default(),
             price_id: None,
+            checkout_url: None,
         }];
     })
     .await;
