@@ -15,11 +15,11 @@ use uuid::Uuid;
 
 use super::announce::announce_standings;
 use super::event::UsageEvent;
-use super::key_blocks::record_keys;
 use super::grants::{
     Grant, allowance_of, ensure_free_subscriptions, ensure_snapshots, load_snapshots,
     load_subscriptions,
 };
+use super::key_blocks::record_keys;
 use super::ledger_sql::{
     bump_counters, bump_daily, insert_ledger_rows, settle_reservations, spend,
 };

@@ -6,8 +6,8 @@
 //! current month is used up.
 
 pub mod announce;
-mod credits_spent;
 mod batch;
+mod credits_spent;
 mod driver;
 pub mod endings;
 pub mod event;
