@@ -16,6 +16,7 @@ mod key_limits;
 mod layout;
 mod notify;
 mod plans;
+mod portal;
 mod proxy;
 mod server;
 mod throttle;
