@@ -2,7 +2,7 @@
 //! refusals and headers (`http`), and an operator's walk through it in headless
 //! Chromium driven over WebDriver (`browser`).
 
-mod browser;
+pub(crate) mod browser;
 mod http;
 
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};

@@ -8,7 +8,7 @@ use tollgate::usage::rules::Enforcement;
 
 use super::*;
 
-const DAILY: &str = "/vedic/v1/horoscope/daily";
+pub(super) const DAILY: &str = "/vedic/v1/horoscope/daily";
 
 #[tokio::test]
 async fn every_portal_page_without_a_session_redirects_to_sign_in_even_without_an_admin_token() {
@@ -322,7 +322,7 @@ async fn keys_are_created_once_shown_limited_and_revoked() {
     assert_eq!(app.call(DAILY, &new_key).await.status(), 401);
 }
 
-fn with_plans(c: &mut Config) {
+pub(super) fn with_plans(c: &mut Config) {
     c.plans = vec![
         PlanConfig {
             name: "pro".into(),

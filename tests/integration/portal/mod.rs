@@ -2,6 +2,7 @@
 //! headers say, which forms it refuses, and that its figures and forms are the account
 //! API's.
 
+mod browser;
 mod http;
 
 use reqwest::header::{COOKIE, HeaderMap, LOCATION};
