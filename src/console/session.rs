@@ -296,6 +296,11 @@ mod tests {
         );
         let tls = set_cookie(COOKIE_NAME, "v", LIFETIME, true);
         assert!(tls.to_str().unwrap().ends_with("; Secure"));
+        let portal = set_cookie_under("/portal", "tollgate_portal", "v", LIFETIME, true);
+        assert_eq!(
+            portal,
+            "tollgate_portal=v; Path=/portal; HttpOnly; SameSite=Strict; Max-Age=43200; Secure"
+        );
     }
 
     #[test]

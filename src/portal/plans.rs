@@ -22,7 +22,8 @@ use crate::console::page::{csrf_field, grouped};
 use crate::error::JsonBody;
 use crate::state::AppState;
 
-#[derive(Debug, Deserialize)]
+/// The redeem form (no `Debug`: it holds the code).
+#[derive(Deserialize)]
 pub struct RedeemForm {
     csrf: Option<String>,
     code: Option<String>,

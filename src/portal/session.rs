@@ -29,8 +29,8 @@ pub const FORM_COOKIE: &str = "tollgate_portal_form";
 /// Where a customer without a session is sent.
 pub const SIGN_IN: &str = "/portal/sign-in";
 
-/// A signed-in customer: the account of the session found by the cookie.
-#[derive(Debug)]
+/// A signed-in customer: the account of the session found by the cookie (no `Debug`:
+/// it holds the session token).
 pub struct Customer {
     pub account_id: i64,
     token: String,

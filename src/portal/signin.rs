@@ -27,7 +27,8 @@ use crate::console::session::{cookie, form_token, form_token_matches, secure};
 use crate::error::{ApiError, JsonBody};
 use crate::state::AppState;
 
-#[derive(Debug, Deserialize)]
+/// The sign-in and sign-up form (no `Debug`: it holds the password).
+#[derive(Deserialize)]
 pub struct Credentials {
     csrf: Option<String>,
     email: Option<String>,
