@@ -78,6 +78,42 @@ async fn sign_up_opens_a_strict_http_only_session_for_the_portal_only() {
 }
 
 #[tokio::test]
+async fn under_tls_the_portals_cookies_are_secure() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+    let tls = spawn_app_with(|c| {
+        c.server.tls_cert = Some(cert_path.clone());
+        c.server.tls_key = Some(key_path.clone());
+    })
+    .await;
+    assert!(tls.base.starts_with("https://"));
+    let form = manual_client()
+        .get(tls.url("/portal/sign-up"))
+        .send()
+        .await
+        .unwrap();
+    let pre = set_cookie(&form, "tollgate_portal_form").unwrap();
+    assert!(
+        pre.contains("Path=/portal;") && pre.ends_with("; Secure"),
+        "{pre}"
+    );
+    let (_, headers, _) = Visitor::sign_up(&tls).await;
+    let session = headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .find(|v| v.starts_with("tollgate_portal=tgs_"))
+        .unwrap();
+    assert!(
+        session.contains("HttpOnly") && session.ends_with("; Secure"),
+        "{session}"
+    );
+}
+
+#[tokio::test]
 async fn sign_in_takes_the_accounts_email_and_password_under_the_login_limit() {
     let app = spawn_app_with(|c| c.account.login_failures_per_hour = 2).await;
     let customer = app.signup().await;
