@@ -3,7 +3,8 @@
 //! The crate is organised by concept, and a request walks downhill through it:
 //! [`startup`] wires everything and serves [`http::router`] through [`server`] (the
 //! listener and its connection limits); [`http`] routes to [`account`] and [`admin`]
-//! (the JSON APIs), [`console`] (the operators' web pages), [`billing`] (payment
+//! (the JSON APIs), [`console`] (the operators' web pages), [`portal`] (the customers'
+//! web pages, built from the console's pieces), [`billing`] (payment
 //! webhooks) and [`proxy`] (metered forwarding); those rely on [`auth`] (who is
 //! calling) and [`usage`] (every quota decision); usage tells
 //! [`throttle`] (admission and exhaustion markers) what to mark, and the throttler
@@ -28,6 +29,7 @@ pub mod month;
 pub mod nats;
 pub mod notify;
 pub mod plan;
+pub mod portal;
 #[cfg(test)]
 mod prop_support;
 pub mod proxy;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The console benchmark: how long each console page takes to serve with a large
-# database. Seeds a fresh database (bench/console/seed.sql: 100,000 accounts and
+# The console benchmark: how long each console page (and each customer portal page)
+# takes to serve with a large database. Seeds a fresh database (bench/console/seed.sql: 100,000 accounts and
 # 1,000,000 ledger rows this month by default), starts the release gateway on it, signs
 # in, and requests each page CONSOLE_REQUESTS times one after another, printing the
 # median, 95th percentile and worst time per page as measured by curl on loopback (the
@@ -95,20 +95,37 @@ pages=(
     "account, the busiest|/console/accounts/$heavy"
     "account, a typical one|/console/accounts/$typical"
 )
-printf '| page | median ms | p95 ms | max ms |\n|---|---:|---:|---:|\n'
-for entry in "${pages[@]}"; do
-    name=${entry%%|*}
-    path=${entry#*|}
-    code=$(curl -s -o /dev/null -w '%{http_code}' -b "$jar" "$BASE$path")
+# Times `path` REQUESTS times with the curl arguments after it (the session).
+time_page() {
+    local name=$1 path=$2
+    shift 2
+    code=$(curl -s -o /dev/null -w '%{http_code}' "$@" "$BASE$path")
     [ "$code" = 200 ] || { echo "$path answered $code" >&2; exit 1; }
     for _ in $(seq 1 "$REQUESTS"); do
-        curl -s -o /dev/null -w '%{time_total}\n' -b "$jar" "$BASE$path"
+        curl -s -o /dev/null -w '%{time_total}\n' "$@" "$BASE$path"
     done | sort -n | awk -v name="$name" '
         { t[NR] = $1 * 1000 }
         END {
             p95 = int(NR * 0.95 + 0.5); if (p95 < 1) p95 = 1; if (p95 > NR) p95 = NR
             printf "| %s | %.1f | %.1f | %.1f |\n", name, t[int((NR + 1) / 2)], t[p95], t[NR]
         }'
+}
+
+printf '| page | median ms | p95 ms | max ms |\n|---|---:|---:|---:|\n'
+for entry in "${pages[@]}"; do
+    time_page "${entry%%|*}" "${entry#*|}" -b "$jar"
+done
+
+# The customer portal's pages, for the busiest and a typical customer: a login session of
+# each made in the database (the seeded accounts have no real password).
+for who in heavy typical; do
+    id=${!who}
+    psql_at "$DATABASE" -c "INSERT INTO account_session (account_id, token_hash, expires_at)
+        VALUES ($id, sha256(convert_to('tgs_portalbench$id', 'UTF8')), now() + interval '1 hour')" >/dev/null
+    for page in "overview|/portal/" "keys|/portal/keys" "plans|/portal/plans"; do
+        time_page "portal ${page%%|*}, the $([ "$who" = heavy ] && echo busiest || echo "typical one")" \
+            "${page#*|}" -H "Cookie: tollgate_portal=tgs_portalbench$id"
+    done
 done
 
 # The overview reuses the sums of the days before today for a minute; what the first view

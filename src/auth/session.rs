@@ -12,18 +12,36 @@ pub(super) async fn authenticate_session(
     db: &PgPool,
     headers: &HeaderMap,
 ) -> Result<SessionPrincipal, ApiError> {
-    let Some(candidate) = bearer(headers).filter(|t| token::plausible(t, SESSION_PREFIX)) else {
+    let Some(candidate) = bearer(headers) else {
         return Err(ApiError::Unauthorized);
     };
-    let account_id: Option<i64> = sqlx::query_scalar(
+    account_of(db, candidate)
+        .await?
+        .map(|account_id| SessionPrincipal { account_id })
+        .ok_or(ApiError::Unauthorized)
+}
+
+/// The account whose live session token is `candidate` (the bearer token, or the
+/// customer portal's cookie).
+pub async fn account_of(db: &PgPool, candidate: &str) -> Result<Option<i64>, sqlx::Error> {
+    if !token::plausible(candidate, SESSION_PREFIX) {
+        return Ok(None);
+    }
+    sqlx::query_scalar(
         "SELECT account_id FROM account_session WHERE token_hash = $1 AND expires_at > now()",
     )
     .bind(TokenHash::of(candidate).as_bytes())
     .fetch_optional(db)
-    .await?;
-    account_id
-        .map(|account_id| SessionPrincipal { account_id })
-        .ok_or(ApiError::Unauthorized)
+    .await
+}
+
+/// Ends the session whose token is `token` (signing out of the portal).
+pub async fn close(db: &PgPool, token: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM account_session WHERE token_hash = $1")
+        .bind(TokenHash::of(token).as_bytes())
+        .execute(db)
+        .await?;
+    Ok(())
 }
 
 /// Deletes sessions more than a day past their expiry; returns how many.

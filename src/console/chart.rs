@@ -19,16 +19,33 @@ const RIGHT: f64 = 8.0;
 const TOP: f64 = 12.0;
 const BOTTOM: f64 = 26.0;
 
-/// The chart of `days` (the month's days up to today) in a month of `slots` days.
+/// The chart of calls in `days` (the month's days up to today) in a month of `slots`
+/// days.
 pub fn daily_calls(days: &[DayUsage], slots: usize, label: &str) -> Markup {
+    bars(days, slots, label, |d| d.calls, "calls")
+}
+
+/// [`daily_calls`] with bars of units (the customer portal's chart).
+pub fn daily_units(days: &[DayUsage], slots: usize, label: &str) -> Markup {
+    bars(days, slots, label, |d| d.cost, "units")
+}
+
+/// One bar of `value` per day, the total captioned in `noun`.
+fn bars(
+    days: &[DayUsage],
+    slots: usize,
+    label: &str,
+    value: fn(&DayUsage) -> i64,
+    noun: &str,
+) -> Markup {
     let slots = slots.max(days.len()).max(1);
-    let top = nice_ceiling(days.iter().map(|d| d.calls).max().unwrap_or(0));
+    let top = nice_ceiling(days.iter().map(value).max().unwrap_or(0));
     let plot_w = WIDTH - LEFT - RIGHT;
     let plot_h = HEIGHT - TOP - BOTTOM;
     let slot_w = plot_w / slots as f64;
     let bar_w = (slot_w * 0.7).max(1.0);
     let y_of = |v: i64| TOP + plot_h - plot_h * (v as f64 / top as f64);
-    let total: i64 = days.iter().map(|d| d.calls).sum();
+    let total: i64 = days.iter().map(value).sum();
     html! {
         figure.chart {
             svg viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img" aria-label=(label)
@@ -39,7 +56,7 @@ pub fn daily_calls(days: &[DayUsage], slots: usize, label: &str) -> Markup {
                 }
                 @for (i, day) in days.iter().enumerate() {
                     @let x = LEFT + slot_w * i as f64 + (slot_w - bar_w) / 2.0;
-                    @let y = y_of(day.calls);
+                    @let y = y_of(value(day));
                     rect.bar x=(fmt(x)) y=(fmt(y)) width=(fmt(bar_w)) height=(fmt(TOP + plot_h - y))
                         data-day=(day.day) data-calls=(day.calls) data-units=(day.cost) {
                         title { (day.day) ": " (grouped(day.calls)) " calls, " (grouped(day.cost)) " units" }
@@ -51,7 +68,7 @@ pub fn daily_calls(days: &[DayUsage], slots: usize, label: &str) -> Markup {
                     }
                 }
             }
-            figcaption { (label) ": " (grouped(total)) " calls" }
+            figcaption { (label) ": " (grouped(total)) " " (noun) }
         }
     }
 }
@@ -120,6 +137,14 @@ mod tests {
         // The tallest bar fills the plot up to the scale's top (50).
         assert!(svg.contains(">2026-11-02: 40 calls, 80 units<"), "{svg}");
         assert!(svg.contains(">50<"), "{svg}");
+    }
+
+    #[test]
+    fn the_units_chart_draws_units() {
+        let svg = daily_units(&[day(1, 30)], 30, "Units").into_string();
+        // 60 units: the scale's top is 100, and the caption counts units.
+        assert!(svg.contains(">100<"), "{svg}");
+        assert!(svg.contains("Units: 60 units"), "{svg}");
     }
 
     #[test]

@@ -184,9 +184,20 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// A `Set-Cookie` value under `/console`, readable by no script and sent on no
 /// cross-site request; `max_age` 0 deletes it.
 pub fn set_cookie(name: &str, value: &str, max_age: Duration, secure: bool) -> HeaderValue {
+    set_cookie_under("/console", name, value, max_age, secure)
+}
+
+/// [`set_cookie`] under `path` (the customer portal's cookies live under `/portal`).
+pub fn set_cookie_under(
+    path: &str,
+    name: &str,
+    value: &str,
+    max_age: Duration,
+    secure: bool,
+) -> HeaderValue {
     let secure = if secure { "; Secure" } else { "" };
     let text = format!(
-        "{name}={value}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        "{name}={value}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
         max_age.num_seconds()
     );
     HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
@@ -194,17 +205,28 @@ pub fn set_cookie(name: &str, value: &str, max_age: Duration, secure: bool) -> H
 
 /// A fresh sign-in form's cookie, and the token the form carries.
 pub fn sign_in_token(secure: bool) -> (HeaderValue, String) {
+    form_token("/console", SIGN_IN_COOKIE, secure)
+}
+
+/// A fresh token for a form sent before any session exists, bound to cookie `name`
+/// under `path`: the cookie, and the token the form carries.
+pub fn form_token(path: &str, name: &str, secure: bool) -> (HeaderValue, String) {
     let secret = PlainToken::generate(PREFIX).reveal();
     let csrf = csrf_of(&secret);
     (
-        set_cookie(SIGN_IN_COOKIE, &secret, SIGN_IN_LIFETIME, secure),
+        set_cookie_under(path, name, &secret, SIGN_IN_LIFETIME, secure),
         csrf,
     )
 }
 
 /// Whether a sign-in form's token matches the cookie it was issued with.
 pub fn sign_in_token_matches(headers: &HeaderMap, given: Option<&str>) -> bool {
-    match (cookie(headers, SIGN_IN_COOKIE), given) {
+    form_token_matches(headers, SIGN_IN_COOKIE, given)
+}
+
+/// Whether a form's token matches the cookie `name` of [`form_token`].
+pub fn form_token_matches(headers: &HeaderMap, name: &str, given: Option<&str>) -> bool {
+    match (cookie(headers, name), given) {
         (Some(secret), Some(given)) => same(csrf_of(secret).as_bytes(), given.as_bytes()),
         _ => false,
     }
@@ -274,6 +296,11 @@ mod tests {
         );
         let tls = set_cookie(COOKIE_NAME, "v", LIFETIME, true);
         assert!(tls.to_str().unwrap().ends_with("; Secure"));
+        let portal = set_cookie_under("/portal", "tollgate_portal", "v", LIFETIME, true);
+        assert_eq!(
+            portal,
+            "tollgate_portal=v; Path=/portal; HttpOnly; SameSite=Strict; Max-Age=43200; Secure"
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The public router: account, admin, billing and operations routes, with the proxy as the
+//! The public router: account, portal, admin, billing and operations routes, with the proxy as the
 //! fallback for its two prefixes, under one observability middleware.
 
 mod catalogue_doc;
@@ -29,7 +29,8 @@ pub fn router(state: AppState) -> Router {
             get(move |state| ops::readyz(state, schema.clone())),
         )
         .route("/openapi.json", get(openapi::serve))
-        .merge(crate::account::router());
+        .merge(crate::account::router())
+        .merge(crate::portal::router());
     if state.config.admin.token.is_some() {
         routes = routes
             .merge(crate::admin::router())

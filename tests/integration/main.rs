@@ -17,6 +17,7 @@ mod key_limits;
 mod layout;
 mod notify;
 mod plans;
+mod portal;
 mod proxy;
 mod readme;
 mod server;

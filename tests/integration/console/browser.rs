@@ -17,8 +17,8 @@ use tollgate::month::Month;
 use crate::common::*;
 
 /// A chromedriver of this test's own, and a headless Chromium session on it.
-struct Browser {
-    client: Client,
+pub(crate) struct Browser {
+    pub(crate) client: Client,
     _driver: Child,
     shots: PathBuf,
 }
@@ -34,6 +34,11 @@ fn executable(env: &str, candidates: &[&str]) -> String {
 
 impl Browser {
     async fn start() -> Self {
+        Self::start_saving_to("console-screenshots").await
+    }
+
+    /// A browser whose screenshots go to `target/<folder>/`.
+    pub(crate) async fn start_saving_to(folder: &str) -> Self {
         let driver_bin = executable("CHROMEDRIVER", &["/usr/bin/chromedriver"]);
         let chromium = executable(
             "CHROMIUM_BINARY",
@@ -79,7 +84,7 @@ impl Browser {
         let shots = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .parent()
             .unwrap()
-            .join("console-screenshots");
+            .join(folder);
         std::fs::create_dir_all(&shots).unwrap();
         Browser {
             client,
@@ -88,19 +93,19 @@ impl Browser {
         }
     }
 
-    async fn screenshot(&self, name: &str) {
+    pub(crate) async fn screenshot(&self, name: &str) {
         let png = self.client.screenshot().await.unwrap();
         let path = self.shots.join(format!("{name}.png"));
         std::fs::write(&path, png).unwrap();
         println!("screenshot: {}", path.display());
     }
 
-    async fn path(&self) -> String {
+    pub(crate) async fn path(&self) -> String {
         self.client.current_url().await.unwrap().path().to_owned()
     }
 
     /// Waits until the page's path is `path` (a form's answer has loaded).
-    async fn wait_for_path(&self, path: &str) {
+    pub(crate) async fn wait_for_path(&self, path: &str) {
         let arrived = eventually(Duration::from_secs(10), || async {
             self.path().await == path
         })
@@ -108,7 +113,7 @@ impl Browser {
         assert!(arrived, "still on {} instead of {path}", self.path().await);
     }
 
-    async fn css(&self, selector: &str) -> fantoccini::elements::Element {
+    pub(crate) async fn css(&self, selector: &str) -> fantoccini::elements::Element {
         let found = self
             .client
             .wait()
@@ -125,11 +130,11 @@ impl Browser {
         }
     }
 
-    async fn text(&self, selector: &str) -> String {
+    pub(crate) async fn text(&self, selector: &str) -> String {
         self.css(selector).await.text().await.unwrap()
     }
 
-    async fn bars(&self, selector: &str) -> Vec<(String, i64)> {
+    pub(crate) async fn bars(&self, selector: &str) -> Vec<(String, i64)> {
         let mut out = Vec::new();
         for bar in self.client.find_all(Locator::Css(selector)).await.unwrap() {
             let day = bar.attr("data-day").await.unwrap().unwrap();

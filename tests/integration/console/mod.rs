@@ -2,7 +2,7 @@
 //! refusals and headers (`http`), and an operator's walk through it in headless
 //! Chromium driven over WebDriver (`browser`).
 
-mod browser;
+pub(crate) mod browser;
 mod http;
 
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
@@ -11,7 +11,7 @@ use reqwest::{Client, Response, redirect};
 use crate::common::*;
 
 /// A client that shows redirects instead of following them, and keeps no cookies.
-fn manual_client() -> Client {
+pub(crate) fn manual_client() -> Client {
     Client::builder()
         .no_proxy()
         .danger_accept_invalid_certs(true)
@@ -21,7 +21,7 @@ fn manual_client() -> Client {
 }
 
 /// The `Set-Cookie` header of `res` setting `name`.
-fn set_cookie(res: &Response, name: &str) -> Option<String> {
+pub(crate) fn set_cookie(res: &Response, name: &str) -> Option<String> {
     res.headers()
         .get_all(SET_COOKIE)
         .iter()
@@ -31,12 +31,12 @@ fn set_cookie(res: &Response, name: &str) -> Option<String> {
 }
 
 /// `name=value` of a `Set-Cookie` header, as a request sends it back.
-fn cookie_pair(set_cookie: &str) -> String {
+pub(crate) fn cookie_pair(set_cookie: &str) -> String {
     set_cookie.split(';').next().unwrap().to_owned()
 }
 
 /// The value of the hidden `csrf` field of the first form in `html`.
-fn csrf_field(html: &str) -> String {
+pub(crate) fn csrf_field(html: &str) -> String {
     let at =
         html.find(r#"name="csrf" value=""#).expect("a csrf field") + r#"name="csrf" value=""#.len();
     html[at..].split('"').next().unwrap().to_owned()

@@ -1,0 +1,99 @@
+//! The plans page (SPEC §11, §12): the catalogue, each plan with a `checkout_url`
+//! linking to the payment provider's hosted page with `client_reference_id=<account_id>`
+//! ([`PlanConfig::checkout_link`]), and a form redeeming a code through
+//! `POST /account/v1/redeem`'s handler (same service, same failed-attempt limit).
+//!
+//! [`PlanConfig::checkout_link`]: crate::config::PlanConfig::checkout_link
+
+use axum::Form;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::html;
+use serde::Deserialize;
+
+use super::overview::Done;
+use super::page::{Frame, PortalProblem, Section, notice, ok, shell};
+use super::session::Customer;
+use crate::account::client::ClientIp;
+use crate::account::redeem::{RedeemRequest, redeem as redeem_code};
+use crate::auth::SessionPrincipal;
+use crate::console::page::{csrf_field, grouped};
+use crate::error::JsonBody;
+use crate::state::AppState;
+
+/// The redeem form (no `Debug`: it holds the code).
+#[derive(Deserialize)]
+pub struct RedeemForm {
+    csrf: Option<String>,
+    code: Option<String>,
+}
+
+/// The plans page.
+pub async fn page(
+    State(state): State<AppState>,
+    customer: Customer,
+    Query(done): Query<Done>,
+) -> Result<Response, PortalProblem> {
+    let plans = &state.config.plans;
+    let content = html! {
+        h1 { "Plans" }
+        @if plans.is_empty() {
+            p.empty { "No plans are on offer." }
+        } @else {
+            table #plans {
+                thead { tr {
+                    th { "Plan" } th.num { "Units per month" } th.num { "Units per day" }
+                    th { "Enforcement" } th { "" }
+                } }
+                tbody {
+                    @for plan in plans {
+                        tr data-plan=(plan.name) {
+                            td { (plan.name) }
+                            td.num { (grouped(plan.monthly_allowance)) }
+                            td.num { @match plan.daily_allowance { Some(n) => (grouped(n)), None => "—" } }
+                            td { (plan.enforcement.as_str()) }
+                            td {
+                                @if let Some(link) = plan.checkout_link(customer.account_id) {
+                                    a.upgrade href=(link) rel="noopener noreferrer" { "Upgrade" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Redeem a code" }
+        form #redeem method="post" action="/portal/redeem" {
+            (csrf_field(customer.csrf()))
+            label for="code" { "Code" }
+            input #code type="text" name="code" maxlength="200" autocomplete="off" required;
+            button type="submit" { "Redeem" }
+        }
+    };
+    let frame = Frame {
+        section: Section::Plans,
+        csrf: customer.csrf(),
+        notice: notice(done.done.as_deref()),
+    };
+    Ok(ok(shell("Plans", Some(frame), content)))
+}
+
+/// Redeems a code; the overview shows the new plan.
+pub async fn redeem(
+    State(state): State<AppState>,
+    customer: Customer,
+    client: ClientIp,
+    form_data: Result<Form<RedeemForm>, FormRejection>,
+) -> Result<Response, PortalProblem> {
+    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(e.body_text()))?;
+    customer.check_csrf(form_data.csrf.as_deref())?;
+    let principal = SessionPrincipal {
+        account_id: customer.account_id,
+    };
+    let request = RedeemRequest {
+        code: form_data.code.unwrap_or_default(),
+    };
+    let _created = redeem_code(State(state), principal, client, JsonBody(request)).await?;
+    Ok(Redirect::to("/portal/?done=redeemed").into_response())
+}
