@@ -89,10 +89,17 @@ async fn emails_and_plans_with_commas_quotes_and_line_breaks_are_quoted() {
     let res = app
         .admin_post(
             &format!("/admin/v1/accounts/{}/subscriptions", customer.account_id),
-            &serde_json::json!({"plan": "gold, \"plus\"", "monthly_allowance": 50}),
+            &serde_json::json!({"plan": "gold, plus", "monthly_allowance": 50}),
         )
         .await;
     assert_eq!(res.status(), 201);
+    // Plan names are refused with a quote today; a row written before that rule has one.
+    sqlx::query("UPDATE subscription SET plan = $1 WHERE account_id = $2 AND plan = 'gold, plus'")
+        .bind("gold, \"plus\"")
+        .bind(customer.account_id)
+        .execute(&app.db.pool)
+        .await
+        .unwrap();
     account_calls(&app, &customer, 3, 1, Utc::now()).await;
     let month = Utc::now().format("%Y-%m").to_string();
     let rows = export(&app, &month).await;
