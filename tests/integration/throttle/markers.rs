@@ -105,7 +105,13 @@ async fn an_upgrade_removes_the_marker_and_admits_every_call_again() {
             && app.state.throttler.stats().markers_removed == 1
     })
     .await;
-    assert!(removed, "marker still present after the upgrade");
+    assert!(
+        removed,
+        "marker still present after the upgrade: in KV {:?}, in the view {}, removed {}",
+        kv.value(key),
+        app.state.throttler.is_marked(account, Utc::now()),
+        app.state.throttler.stats().markers_removed
+    );
     assert_eq!(count(&kv.calls(), "DELETE", &format!("/values/{key}")), 1);
 
     let outcomes = calls(app, &customer.api_key, 100, IN_FLIGHT).await;
