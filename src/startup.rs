@@ -189,22 +189,24 @@ impl Gateway {
         };
         let console_limits =
             FailureLimiter::per_hour("console", config.account.login_failures_per_hour);
-        let state = AppState::new(Shared {
-            console_limits,
-            past_days: Default::default(),
-            quota,
-            key_limits,
-            pricing,
-            allocation,
+        let state = AppState::new(
+            Shared {
+                console_limits,
+                past_days: Default::default(),
+                quota,
+                key_limits,
+                allocation,
+                config,
+                db,
+                usage: publisher,
+                throttler,
+                keys,
+                passwords: Passwords::default(),
+                limits,
+            },
             upstream,
-            config,
-            db,
-            usage: publisher,
-            throttler,
-            keys,
-            passwords: Passwords::default(),
-            limits,
-        });
+            pricing,
+        );
         Ok(Self {
             state,
             accountant,

@@ -18,6 +18,7 @@ use crate::auth::{AuthParts, AuthState};
 use crate::config::Config;
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
+use crate::proxy::{ProxyParts, ProxyState};
 use crate::throttle::Throttler;
 use crate::usage::UsagePublisher;
 use crate::usage::key_limits::KeyLimits;
@@ -35,21 +36,19 @@ pub struct AppState(Arc<Parts>);
 struct Parts {
     shared: Shared,
     auth: AuthState,
+    proxy: ProxyState,
 }
 
 /// The services behind [`AppState`].
 pub struct Shared {
     pub config: Arc<Config>,
     pub db: PgPool,
-    pub upstream: Arc<Upstream>,
     pub usage: UsagePublisher,
     pub throttler: Throttler,
     /// Each calling account's standing, for quota headers and hard limits.
     pub quota: QuotaView,
     /// Per-key monthly limits of this replica's calls.
     pub key_limits: KeyLimits,
-    /// What calls cost.
-    pub pricing: Pricing,
     /// Activations and top-ups.
     pub allocation: Allocation,
     /// API-key lookups of this replica (disabled: every call asks PostgreSQL).
@@ -65,13 +64,36 @@ pub struct Shared {
 }
 
 impl AppState {
-    pub fn new(shared: Shared) -> Self {
+    /// The state over `shared`, with the upstream client and call prices only the proxy
+    /// uses.
+    pub fn new(shared: Shared, upstream: Arc<Upstream>, pricing: Pricing) -> Self {
         let auth = AuthState::new(AuthParts {
             db: shared.db.clone(),
             keys: shared.keys.clone(),
             config: shared.config.clone(),
         });
-        Self(Arc::new(Parts { shared, auth }))
+        let proxy = ProxyState::new(ProxyParts {
+            config: shared.config.clone(),
+            db: shared.db.clone(),
+            keys: shared.keys.clone(),
+            upstream,
+            pricing,
+            key_limits: shared.key_limits.clone(),
+            quota: shared.quota.clone(),
+            throttler: shared.throttler.clone(),
+            usage: shared.usage.clone(),
+        });
+        Self(Arc::new(Parts {
+            shared,
+            auth,
+            proxy,
+        }))
+    }
+}
+
+impl FromRef<AppState> for ProxyState {
+    fn from_ref(state: &AppState) -> ProxyState {
+        state.0.proxy.clone()
     }
 }
 

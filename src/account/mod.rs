@@ -13,7 +13,6 @@ pub mod signup;
 pub mod usage;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 
 use crate::state::AppState;
@@ -22,7 +21,6 @@ pub use keys::{KeyCreated, KeySummary};
 pub use signup::{LoginRequest, LoginResponse, SignupRequest, SignupResponse};
 
 pub use crate::auth::account_limits as limits;
-pub use crate::http::limits::MAX_BODY_BYTES;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -39,5 +37,4 @@ pub fn router() -> Router<AppState> {
         )
         .route("/account/v1/plans", get(plans::list_plans))
         .route("/account/v1/redeem", post(redeem::redeem))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }

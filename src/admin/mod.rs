@@ -7,7 +7,6 @@ pub(crate) mod handlers;
 pub mod topups;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 use crate::state::AppState;
@@ -41,5 +40,4 @@ pub fn router() -> Router<AppState> {
             "/admin/v1/accounts/{account_id}/exports",
             get(exports::account_exports),
         )
-        .layer(DefaultBodyLimit::max(crate::http::limits::MAX_BODY_BYTES))
 }

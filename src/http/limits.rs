@@ -1,5 +1,5 @@
-//! Bounds of the public API's requests that several routers share: a leaf module, so any
-//! router may name them without importing another router.
+//! Bounds of the public API's requests: the router applies them to the account and admin
+//! APIs, and the OpenAPI document declares them.
 
 /// Largest JSON body the account and admin APIs read.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;

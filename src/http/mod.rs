@@ -8,6 +8,7 @@ pub mod openapi;
 mod ops;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::middleware;
 use axum::response::IntoResponse;
@@ -29,11 +30,11 @@ pub fn router(state: AppState) -> Router {
             get(move |state| ops::readyz(state, schema.clone())),
         )
         .route("/openapi.json", get(openapi::serve))
-        .merge(crate::account::router())
+        .merge(crate::account::router().layer(json_limit()))
         .merge(crate::portal::router());
     if state.config.admin.token.is_some() {
         routes = routes
-            .merge(crate::admin::router())
+            .merge(crate::admin::router().layer(json_limit()))
             .merge(crate::console::router());
     }
     if state.config.billing.stripe_webhook_secret.is_some() {
@@ -49,9 +50,15 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The body limit of the JSON APIs (account and admin); the portal, console and payment
+/// webhook routers bound their own bodies.
+fn json_limit() -> DefaultBodyLimit {
+    DefaultBodyLimit::max(limits::MAX_BODY_BYTES)
+}
+
 /// Anything not routed: the proxy for its prefixes, else 404.
 async fn fallback(
-    state: axum::extract::State<AppState>,
+    state: axum::extract::State<crate::proxy::ProxyState>,
     request: axum::extract::Request,
 ) -> axum::response::Response {
     if crate::proxy::path::prefix_of(request.uri().path()).is_some() {

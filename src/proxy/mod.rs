@@ -8,6 +8,7 @@ pub mod headers;
 pub mod path;
 pub mod pricing;
 pub mod quota_headers;
+pub mod state;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -26,18 +27,18 @@ use crate::auth::refusal::{Refusal, refused};
 use crate::error::ApiError;
 use crate::request_id::RequestId;
 use crate::server::body::RequestBodyError;
-use crate::state::AppState;
 use crate::telemetry::{RateLimitedLog, Registered};
 use crate::usage::key_limits::KeyVerdict;
 use crate::usage::quota::Verdict;
 use crate::usage::{Standing, UsageEvent};
+pub use state::{ProxyParts, ProxyState};
 
 /// Longest route kept in a ledger row.
 const MAX_ROUTE_CHARS: usize = 512;
 
 /// Handles every request under the proxied prefixes. Once the caller is known, every
 /// answer (the upstream's, or the gateway's own refusal) carries its quota headers.
-pub async fn handle(State(state): State<AppState>, request: Request) -> Response<Body> {
+pub async fn handle(State(state): State<ProxyState>, request: Request) -> Response<Body> {
     let mut quota = None;
     let mut response = match forward(&state, request, &mut quota).await {
         Ok(response) => response,
@@ -50,7 +51,7 @@ pub async fn handle(State(state): State<AppState>, request: Request) -> Response
 }
 
 /// The connection's peer, and whether it is one of `server.trusted_proxies`.
-fn peer_of(state: &AppState, request: &Request) -> headers::Peer {
+fn peer_of(state: &ProxyState, request: &Request) -> headers::Peer {
     // An IPv4 client of a dual-stack listener shows as `::ffff:a.b.c.d`.
     let ip = request
         .extensions()
@@ -68,7 +69,7 @@ fn peer_of(state: &AppState, request: &Request) -> headers::Peer {
 }
 
 async fn forward(
-    state: &AppState,
+    state: &ProxyState,
     request: Request,
     quota: &mut Option<Standing>,
 ) -> Result<Response<Body>, ApiError> {

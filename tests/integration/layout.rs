@@ -105,14 +105,13 @@ fn names_bare(code: &str, child: &str) -> bool {
     })
 }
 
-#[test]
-fn no_file_in_src_imports_a_file_that_imports_it_back() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// Every file of `src/` and the files it imports.
+fn import_edges(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(src, &mut files);
     let by_module: BTreeMap<Vec<String>, PathBuf> = files
         .iter()
-        .map(|f| (module_path(&src, f), f.clone()))
+        .map(|f| (module_path(src, f), f.clone()))
         .collect();
     let resolve = |segments: &[String]| {
         (1..=segments.len())
@@ -121,7 +120,7 @@ fn no_file_in_src_imports_a_file_that_imports_it_back() {
     };
     let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
     for file in &files {
-        let me = module_path(&src, file);
+        let me = module_path(src, file);
         let is_folder = matches!(
             file.file_stem().and_then(|s| s.to_str()),
             Some("mod" | "lib" | "main")
@@ -172,13 +171,18 @@ fn no_file_in_src_imports_a_file_that_imports_it_back() {
             }
         }
     }
-    // A circle exists iff some file reaches itself; each is shown by one path around it.
-    let name = |f: &PathBuf| f.strip_prefix(&src).unwrap().display().to_string();
+    edges
+}
+
+/// The paths around every circle of `edges`, one per node that reaches itself.
+fn circles_of<N: Ord + Clone>(
+    edges: &BTreeMap<N, BTreeSet<N>>,
+    name: impl Fn(&N) -> String,
+) -> Vec<String> {
     let mut circles = Vec::new();
     for start in edges.keys() {
-        let mut came_from: BTreeMap<&PathBuf, &PathBuf> = BTreeMap::new();
-        let mut stack: Vec<(&PathBuf, &PathBuf)> =
-            edges[start].iter().map(|n| (n, start)).collect();
+        let mut came_from: BTreeMap<&N, &N> = BTreeMap::new();
+        let mut stack: Vec<(&N, &N)> = edges[start].iter().map(|n| (n, start)).collect();
         while let Some((next, from)) = stack.pop() {
             if next == start {
                 let mut path = vec![name(start)];
@@ -192,15 +196,54 @@ fn no_file_in_src_imports_a_file_that_imports_it_back() {
                 circles.push(path.join(" -> "));
                 break;
             }
-            if next != start && !came_from.contains_key(next) {
+            if !came_from.contains_key(next) {
                 came_from.insert(next, from);
                 stack.extend(edges.get(next).into_iter().flatten().map(|n| (n, next)));
             }
         }
     }
+    circles
+}
+
+#[test]
+fn no_file_in_src_imports_a_file_that_imports_it_back() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let edges = import_edges(&src);
+    // A circle exists iff some file reaches itself; each is shown by one path around it.
+    let name = |f: &PathBuf| f.strip_prefix(&src).unwrap().display().to_string();
+    let circles = circles_of(&edges, name);
     assert!(
         circles.is_empty(),
         "import circles:\n{}",
+        circles.join("\n")
+    );
+}
+
+/// A folder (or a file directly under `src/`) is one module of the layout's drawing:
+/// every import between two of them runs downhill, so no two of them import each other
+/// through any chain. `lib.rs` and `main.rs`, which declare and start everything, stand
+/// above all and are left out.
+#[test]
+fn no_module_of_src_imports_one_that_imports_it_back() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let top = |f: &PathBuf| module_path(&src, f).first().cloned().unwrap_or_default();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, targets) in import_edges(&src) {
+        let from = top(&file);
+        if from.is_empty() {
+            continue;
+        }
+        let set = edges.entry(from.clone()).or_default();
+        for to in targets.iter().map(top) {
+            if !to.is_empty() && to != from {
+                set.insert(to);
+            }
+        }
+    }
+    let circles = circles_of(&edges, |m| m.clone());
+    assert!(
+        circles.is_empty(),
+        "modules importing each other:\n{}",
         circles.join("\n")
     );
 }

@@ -1,0 +1,50 @@
+//! The sub-state the proxy takes from the application's state (axum `FromRef`): the
+//! services one proxied call uses, so `proxy` imports none of the routers' state.
+
+use std::sync::Arc;
+
+use sqlx::PgPool;
+
+use super::pricing::Pricing;
+use super::upstream::Upstream;
+use crate::auth::key_cache::KeyCache;
+use crate::config::Config;
+use crate::throttle::Throttler;
+use crate::usage::UsagePublisher;
+use crate::usage::key_limits::KeyLimits;
+use crate::usage::quota::QuotaView;
+
+/// What a proxied call reads. One shared allocation, so a request's copy costs one
+/// reference count.
+#[derive(Clone)]
+pub struct ProxyState(Arc<ProxyParts>);
+
+pub struct ProxyParts {
+    pub config: Arc<Config>,
+    pub db: PgPool,
+    /// API-key lookups of this replica.
+    pub keys: KeyCache,
+    pub upstream: Arc<Upstream>,
+    /// What calls cost.
+    pub pricing: Pricing,
+    /// Per-key monthly limits of this replica's calls.
+    pub key_limits: KeyLimits,
+    /// Each calling account's standing, for quota headers and hard limits.
+    pub quota: QuotaView,
+    pub throttler: Throttler,
+    pub usage: UsagePublisher,
+}
+
+impl ProxyState {
+    pub fn new(parts: ProxyParts) -> Self {
+        Self(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for ProxyState {
+    type Target = ProxyParts;
+
+    fn deref(&self) -> &ProxyParts {
+        &self.0
+    }
+}
