@@ -18,7 +18,7 @@ use crate::state::AppState;
 #[derive(Debug, ToSchema)]
 pub struct KeyLimitChange {
     /// The new limit in units per UTC month, or null to remove it. Required.
-    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_i64)]
+    #[schema(value_type = Option<i64>, required = true, minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub monthly_limit: Option<Option<i64>>,
 }
 

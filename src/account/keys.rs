@@ -160,7 +160,7 @@ pub async fn create_account_key(
 /// row lock, so concurrent creations cannot pass it together.
 #[utoipa::path(post, path = "/account/v1/keys", tag = "account",
     security(("session" = [])),
-    request_body(content = Option<NewKey>, description = "Optional; an empty body makes a key without a limit"),
+    request_body(content = Option<NewKey>, description = "Optional; an empty body (or `null`) makes a key without a limit"),
     responses(
         (status = 201, description = "The new key; `api_key` is shown this once", body = KeyCreated),
         (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
@@ -194,7 +194,10 @@ pub async fn create_key(
         if !json {
             return Err(ApiError::UnsupportedMediaType);
         }
-        Json::<NewKey>::from_bytes(&body)?.0
+        // `null` asks for nothing, as an empty body does.
+        Json::<Option<NewKey>>::from_bytes(&body)?
+            .0
+            .unwrap_or_default()
     };
     let monthly_limit = checked_limit(request.monthly_limit)?;
     let created = create_account_key(

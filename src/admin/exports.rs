@@ -69,6 +69,7 @@ pub async fn usage_export(
 #[into_params(parameter_in = Query)]
 pub struct ExportListQuery {
     /// 1 to 200 (default 50): the newest windows first.
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
 }
 

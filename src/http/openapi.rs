@@ -239,6 +239,11 @@ mod tests {
         assert_eq!(codes["months"]["maximum"], crate::admin::codes::MAX_MONTHS);
         assert_eq!(codes["count"]["minimum"], 1);
         assert_eq!(codes["count"]["maximum"], crate::admin::codes::MAX_COUNT);
+
+        // PATCH refuses a body without `monthly_limit` (null removes the limit).
+        let change = &schemas["KeyLimitChange"];
+        assert_eq!(change["required"], serde_json::json!(["monthly_limit"]));
+        assert_eq!(change["properties"]["monthly_limit"]["minimum"], 0);
     }
 
     #[test]
@@ -266,6 +271,9 @@ mod tests {
         let keys = parameter("/account/v1/keys", "limit");
         assert_eq!(keys["minimum"], 1);
         assert_eq!(keys["maximum"], crate::account::keys::MAX_PAGE);
+        let windows = parameter("/admin/v1/accounts/{account_id}/exports", "limit");
+        assert_eq!(windows["minimum"], 1);
+        assert_eq!(windows["maximum"], crate::admin::exports::MAX_WINDOWS);
     }
 
     #[test]

@@ -154,6 +154,19 @@ async fn a_key_body_that_is_not_json_is_refused_with_a_json_error() {
         .await
         .unwrap();
     assert_error(res, 413, "PAYLOAD_TOO_LARGE").await;
-    // No body at all still makes a key without a limit.
+    // No body at all, or a JSON null, still makes a key without a limit.
     assert_eq!(post().send().await.unwrap().status(), 201);
+    let res = post()
+        .header("content-type", "application/json")
+        .body("null")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    let created: Value = res.json().await.unwrap();
+    let key_id = created["key_id"].as_i64().expect("key_id");
+    assert_eq!(
+        listed(&app, &token, key_id).await["monthly_limit"],
+        Value::Null
+    );
 }
