@@ -6,14 +6,17 @@
 //! (the JSON APIs), [`console`] (the operators' web pages), [`portal`] (the customers'
 //! web pages, built from the console's pieces), [`billing`] (payment
 //! webhooks) and [`proxy`] (metered forwarding); those rely on [`auth`] (who is
-//! calling) and [`usage`] (every quota decision); usage tells
-//! [`throttle`] (admission and exhaustion markers) what to mark, and the throttler
-//! alone talks to [`cloudflare`] (the KV REST client); usage also records threshold
-//! events in [`notify`]'s outbox, which delivers them to the operator's webhook.
+//! calling) and [`quota`] (every quota decision, at request time); the proxy publishes
+//! usage events that [`accounting`] records in the ledger, applying quota's rules.
+//! Both tell [`throttle`] (admission and exhaustion markers) what to mark, and the
+//! throttler alone talks to [`cloudflare`] (the KV REST client); accounting also
+//! records threshold events in [`notify`]'s outbox, which delivers them to the
+//! operator's webhook.
 //! [`state`], [`error`], [`request_id`], [`month`], [`config`], [`db`], [`nats`] and
 //! [`telemetry`] are leaves every layer may use. `main.rs` only parses the command line and calls [`startup`].
 
 pub mod account;
+pub mod accounting;
 pub mod admin;
 pub mod auth;
 pub mod billing;
@@ -33,6 +36,7 @@ pub mod portal;
 #[cfg(test)]
 mod prop_support;
 pub mod proxy;
+pub mod quota;
 pub mod request_id;
 pub mod server;
 pub mod startup;
@@ -40,7 +44,6 @@ pub mod state;
 pub mod sync;
 pub mod telemetry;
 pub mod throttle;
-pub mod usage;
 
 pub use config::Config;
 pub use http::router;

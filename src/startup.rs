@@ -21,6 +21,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::accounting::transport::{Pipeline, Role};
+use crate::accounting::{self, Accountant, UsagePublisher};
 use crate::auth::account_limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
 use crate::auth::limits::FailureLimiter;
@@ -29,14 +31,13 @@ use crate::cloudflare::{CallBudget, KvClient, KvSettings};
 use crate::config::{Config, MarkerStoreKind, UsageTransport};
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
+use crate::quota;
+use crate::quota::key_limits::KeyLimits;
+use crate::quota::standing::QuotaView;
+use crate::quota::subscriptions::Allocation;
 use crate::state::{AppState, Shared};
 use crate::throttle::fleet::budget::PgCallBudget;
 use crate::throttle::{Fleet, MarkerCheck, MarkerStore, ThrottleSettings, Throttler};
-use crate::usage::key_limits::KeyLimits;
-use crate::usage::quota::QuotaView;
-use crate::usage::subscriptions::Allocation;
-use crate::usage::transport::{Pipeline, Role};
-use crate::usage::{self, Accountant, UsagePublisher};
 
 /// Installs ring as rustls' process-wide crypto provider (idempotent).
 pub fn install_crypto() {
@@ -357,7 +358,7 @@ fn start_throttler(
     };
     // Whoever writes a marker re-checks the account's standing in PostgreSQL.
     let check = config.usage_check.enabled.then(|| {
-        Arc::new(usage::reconcile::StandingCheck {
+        Arc::new(quota::reconcile::StandingCheck {
             db: db.clone(),
             free_monthly_calls: config.usage.free_monthly_calls,
         }) as Arc<dyn MarkerCheck>
@@ -379,7 +380,7 @@ fn start_accounting_chores(
 ) {
     background.extend(crate::notify::start(&config.notify, db, stop.clone()));
     background.extend(crate::export::start(&config.billing, db, stop.clone()));
-    background.push(tokio::spawn(usage::partitions::keep_ahead(
+    background.push(tokio::spawn(accounting::partitions::keep_ahead(
         db.clone(),
         stop.clone(),
     )));
@@ -444,7 +445,7 @@ async fn reconcile_schedule(
         if !throttler.is_lister() {
             continue;
         }
-        match usage::reconcile::reconcile_markers(&db, &throttler, free_monthly_calls, Utc::now())
+        match quota::reconcile::reconcile_markers(&db, &throttler, free_monthly_calls, Utc::now())
             .await
         {
             Ok(_) => {}

@@ -15,7 +15,6 @@ use crate::auth::session;
 use crate::auth::token::{API_KEY_PREFIX, PlainToken};
 use crate::error::{ApiError, ErrorBody, JsonBody};
 use crate::state::AppState;
-use crate::usage;
 
 pub(crate) const MIN_PASSWORD_CHARS: usize = 8;
 pub(crate) const MAX_PASSWORD_CHARS: usize = 1024;
@@ -187,7 +186,7 @@ pub async fn signup(
         }
         _ => ApiError::from(e),
     })?;
-    usage::grants::create_free_subscription(
+    crate::quota::grants::create_free_subscription(
         &mut tx,
         account_id,
         now,

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use crate::month::{Day, Month, seconds_until};
-use crate::usage::Standing;
+use crate::quota::Standing;
 
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -72,7 +72,7 @@ pub fn apply(headers: &mut HeaderMap, standing: &Standing, now: DateTime<Utc>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::usage::rules::{DailyStanding, Enforcement};
+    use crate::quota::rules::{DailyStanding, Enforcement};
 
     fn standing(daily: Option<DailyStanding>) -> Standing {
         Standing {

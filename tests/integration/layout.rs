@@ -18,7 +18,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `src/usage/ledger.rs` → `["usage", "ledger"]`; `mod.rs`, `lib.rs`, `main.rs` name
+/// `src/accounting/ledger.rs` → `["accounting", "ledger"]`; `mod.rs`, `lib.rs`, `main.rs` name
 /// their folder.
 fn module_path(src: &Path, file: &Path) -> Vec<String> {
     let mut parts: Vec<String> = file
@@ -55,9 +55,12 @@ fn paths(code: &str, keyword: &str) -> Vec<Vec<String>> {
     while let Some(at) = rest.find(keyword) {
         let before = rest[..at].chars().next_back();
         rest = &rest[at + keyword.len()..];
-        // A word that only begins with the keyword ("superseded"), or the keyword
-        // without a path after it, names no module.
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') || !rest.starts_with("::") {
+        // A word that only begins with the keyword ("superseded"), the keyword inside a
+        // path (the second `super` of `super::super`, read with the first), or the
+        // keyword without a path after it, names no module.
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            || !rest.starts_with("::")
+        {
             continue;
         }
         let mut segments = Vec::new();
@@ -132,7 +135,16 @@ fn import_edges(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
         }
         let parent: Vec<String> = me[..me.len().saturating_sub(1)].to_vec();
         for p in paths(&code, "super") {
-            targets.push(parent.iter().cloned().chain(p).collect());
+            // `super::super::x` climbs once more per `super`.
+            let mut base = parent.clone();
+            let mut rest = p.as_slice();
+            while let Some((first, tail)) = rest.split_first()
+                && first == "super"
+            {
+                base.pop();
+                rest = tail;
+            }
+            targets.push(base.into_iter().chain(rest.iter().cloned()).collect());
         }
         // A child module declared here (`mod redeem;`) and named by a bare path
         // (`redeem::redeem`) is imported too.

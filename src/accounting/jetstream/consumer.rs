@@ -23,13 +23,13 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::acks::{Acks, Delivery, keep_alive};
-use crate::config::NatsConfig;
-use crate::telemetry::RateLimitedLog;
-use crate::usage::driver::{
+use crate::accounting::driver::{
     Deferred, ListenerSettings, SET_ASIDE_CAPACITY, SetAside, account_guarded,
 };
-use crate::usage::event::UsageEvent;
-use crate::usage::ledger::Accountant;
+use crate::accounting::event::UsageEvent;
+use crate::accounting::ledger::Accountant;
+use crate::config::NatsConfig;
+use crate::telemetry::RateLimitedLog;
 
 /// Idle heartbeat asked of the server while pulling: two missed ones end the pull.
 const PULL_HEARTBEAT: Duration = Duration::from_secs(5);
@@ -69,35 +69,13 @@ pub async fn run(
         stop.clone(),
     ));
     let errors = RateLimitedLog::default();
-    let mut backoff = MIN_BACKOFF;
     // A batch that filled before its linger ran out means a backlog: the next may be
     // twice as large, up to `max_batch`; one that did not goes back to `batch_size`.
     let mut size = batching.batch_size.max(1);
 
-    'bind: while !stop.is_cancelled() {
-        let bound = tokio::select! {
-            _ = stop.cancelled() => break,
-            bound = bind(&js, &settings.nats, batching.batch_size) => bound,
-        };
-        let mut messages = match bound {
-            Ok(messages) => messages,
-            Err(e) => {
-                if errors.allow() {
-                    tracing::warn!(
-                        error = format!("{e:#}"),
-                        suppressed = errors.take_suppressed(),
-                        "cannot pull from the JetStream consumer; retrying"
-                    );
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-        };
-        backoff = MIN_BACKOFF;
+    'bind: while let Some(mut messages) =
+        bind_retrying(&js, &settings.nats, batching.batch_size, &errors, &stop).await
+    {
         loop {
             while in_flight.len() >= batching.concurrent_batches.max(1) {
                 tokio::select! {
@@ -132,7 +110,63 @@ pub async fn run(
         }
     }
 
-    let drained = tokio::time::timeout(batching.drain_timeout, async {
+    drain(
+        in_flight,
+        &set_aside,
+        &deferred_acks,
+        batching.drain_timeout,
+    )
+    .await;
+    acks.flush().await;
+    let _ = lag.await;
+    tracing::info!("JetStream accounting consumer stopped");
+}
+
+/// The consumer's pull stream, bound again (with back-off) until it works; `None` once
+/// `stop` fires.
+async fn bind_retrying(
+    js: &async_nats::jetstream::Context,
+    nats: &NatsConfig,
+    batch_size: usize,
+    errors: &RateLimitedLog,
+    stop: &CancellationToken,
+) -> Option<pull::Stream> {
+    let mut backoff = MIN_BACKOFF;
+    while !stop.is_cancelled() {
+        let bound = tokio::select! {
+            _ = stop.cancelled() => return None,
+            bound = bind(js, nats, batch_size) => bound,
+        };
+        match bound {
+            Ok(messages) => return Some(messages),
+            Err(e) => {
+                if errors.allow() {
+                    tracing::warn!(
+                        error = format!("{e:#}"),
+                        suppressed = errors.take_suppressed(),
+                        "cannot pull from the JetStream consumer; retrying"
+                    );
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return None,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+    None
+}
+
+/// Lets the batches in flight, the set-aside events and the deferred acknowledgements
+/// finish within `timeout`; what is still unaccounted then is redelivered by NATS.
+async fn drain(
+    mut in_flight: JoinSet<()>,
+    set_aside: &SetAside,
+    deferred_acks: &TaskTracker,
+    timeout: Duration,
+) {
+    let drained = tokio::time::timeout(timeout, async {
         while in_flight.join_next().await.is_some() {}
         set_aside.settle().await;
         deferred_acks.close();
@@ -146,9 +180,6 @@ pub async fn run(
              redelivered after nats.ack_wait_ms"
         );
     }
-    acks.flush().await;
-    let _ = lag.await;
-    tracing::info!("JetStream accounting consumer stopped");
 }
 
 /// The consumer's message stream, the stream and consumer created first when missing.

@@ -18,8 +18,8 @@ pub use super::batch::{BatchOutcome, Locks};
 use super::batch::{KnownSnapshots, Shared, account_batch};
 use super::event::UsageEvent;
 use super::partitions::{Partitions, is_missing_partition};
-use super::quota::QuotaView;
 use crate::month::Month;
+use crate::quota::standing::QuotaView;
 use crate::throttle::Throttler;
 
 /// Default bound of a wait for an account's row lock.

@@ -67,6 +67,18 @@ pub async fn run(
         pending.extend(handed_back(done));
     }
 
+    drain(&accountant, rx, pending, &set_aside, &settings).await;
+}
+
+/// On shutdown: accounts the batches handed back and what is still queued, within
+/// `drain_timeout`; what is left then is counted and logged as lost.
+async fn drain(
+    accountant: &Accountant,
+    mut rx: mpsc::Receiver<UsageEvent>,
+    mut pending: VecDeque<Vec<UsageEvent>>,
+    set_aside: &SetAside,
+    settings: &ListenerSettings,
+) {
     rx.close();
     let deadline = tokio::time::Instant::now() + settings.drain_timeout;
     let drained = tokio::time::timeout_at(deadline, async {
@@ -80,7 +92,7 @@ pub async fn run(
                 pending.push_back(batch);
             }
             if let Some(batch) = pending.front() {
-                account_resilient(&accountant, batch, &set_aside).await;
+                account_resilient(accountant, batch, set_aside).await;
                 pending.pop_front();
             }
         }

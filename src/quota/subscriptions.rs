@@ -12,11 +12,11 @@ use utoipa::ToSchema;
 
 use super::announce::announce;
 use super::grants::{Grant, ensure_free_subscriptions, ensure_snapshots, load_subscriptions};
-use super::quota::QuotaView;
 use super::report::standings;
 use super::rules::{
     Enforcement, MarkerAction, Standing, Subscription, daily_marker_action, marker_action,
 };
+use super::standing::QuotaView;
 use crate::error::ApiError;
 use crate::month::{Day, Month};
 use crate::throttle::Throttler;
