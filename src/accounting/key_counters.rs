@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::event::UsageEvent;
+use super::ledger_sql::bump_key_counters;
 use crate::month::Month;
 
 /// Adds the ledger rows just inserted to the per-key monthly counters, and moves the
@@ -25,33 +26,14 @@ pub(super) async fn record_keys(
     let mut reserved: BTreeMap<(i64, Month, Uuid), i64> = BTreeMap::new();
     for e in accounted {
         let month = Month::containing(e.occurred_at);
-        let counter = per_key.entry((e.key_id, month)).or_default();
-        counter.0 += e.cost;
-        counter.1 += 1;
+        let (calls, units) = per_key.entry((e.key_id, month)).or_default();
+        *calls += 1;
+        *units += e.cost;
         if let Some(replica) = e.key_reserved_by {
             *reserved.entry((e.key_id, month, replica)).or_default() += e.cost;
         }
     }
-    let keys: Vec<i64> = per_key.keys().map(|(k, _)| *k).collect();
-    let months: Vec<DateTime<Utc>> = per_key.keys().map(|(_, m)| m.start()).collect();
-    let used: Vec<i64> = per_key.values().map(|(u, _)| *u).collect();
-    let calls: Vec<i64> = per_key.values().map(|(_, c)| *c).collect();
-    sqlx::query(
-        "INSERT INTO key_usage_counter (key_id, month_start, used, calls)
-         SELECT u.key_id, u.month_start, u.used, u.calls
-         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
-              AS u(key_id, month_start, used, calls)
-         JOIN api_key k ON k.id = u.key_id
-         ON CONFLICT (key_id, month_start) DO UPDATE
-             SET used = key_usage_counter.used + EXCLUDED.used,
-                 calls = key_usage_counter.calls + EXCLUDED.calls",
-    )
-    .bind(keys)
-    .bind(months)
-    .bind(used)
-    .bind(calls)
-    .execute(&mut *conn)
-    .await?;
+    bump_key_counters(&mut *conn, &per_key).await?;
     if reserved.is_empty() {
         return Ok(());
     }

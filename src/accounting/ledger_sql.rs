@@ -108,6 +108,16 @@ pub(super) async fn bump_daily(
         .collect())
 }
 
+/// Adds the inserted rows to the per-key monthly counters (`(calls, units)`). Keys that
+/// do not exist (an event delivered by hand) count for none.
+pub(super) async fn bump_key_counters(
+    conn: &mut sqlx::PgConnection,
+    per_key: &BTreeMap<(i64, Month), (i64, i64)>,
+) -> Result<(), sqlx::Error> {
+    bump(conn, KEYS, per_key, |m| m.start(), |figures| *figures).await?;
+    Ok(())
+}
+
 /// The two statements of one counter table: the update of the rows that exist, and the
 /// insert of the others (`$1` accounts, `$2` window starts, `$3` calls, `$4` units).
 struct Counter {
@@ -140,6 +150,23 @@ const DAILY: Counter = Counter {
          ON CONFLICT (account_id, day_start) DO UPDATE
              SET calls = usage_daily.calls + EXCLUDED.calls, used = usage_daily.used + EXCLUDED.used
          RETURNING account_id, day_start, used",
+};
+
+const KEYS: Counter = Counter {
+    update: "UPDATE key_usage_counter c SET calls = c.calls + u.calls, used = c.used + u.units
+         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
+             AS u(key_id, start, calls, units)
+         WHERE c.key_id = u.key_id AND c.month_start = u.start
+         RETURNING c.key_id, c.month_start, c.used",
+    insert: "INSERT INTO key_usage_counter (key_id, month_start, calls, used)
+         SELECT u.key_id, u.start, u.calls, u.units
+         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
+             AS u(key_id, start, calls, units)
+         JOIN api_key k ON k.id = u.key_id
+         ON CONFLICT (key_id, month_start) DO UPDATE
+             SET calls = key_usage_counter.calls + EXCLUDED.calls,
+                 used = key_usage_counter.used + EXCLUDED.used
+         RETURNING key_id, month_start, used",
 };
 
 /// Adds `(calls, units)` to each `(account, window)` of `adds` in one counter table:
