@@ -43,24 +43,30 @@ pub async fn authenticate_key(
         return Ok(ApiKeyPrincipal {
             account_id: hit.account_id,
             key_id: hit.key_id,
+            limit_read: None,
         });
     }
     if keys.is_known_unknown(&hash.0, Instant::now()) {
         return Err(unknown());
     }
     let ticket = keys.ticket();
-    let row: Option<(i64, i64, bool)> = sqlx::query_as(
-        "SELECT id, account_id, revoked_at IS NOT NULL FROM api_key WHERE key_hash = $1",
+    let row: Option<(i64, i64, bool, Option<i64>)> = sqlx::query_as(
+        "SELECT id, account_id, revoked_at IS NOT NULL, monthly_limit FROM api_key
+         WHERE key_hash = $1",
     )
     .bind(hash.as_bytes())
     .fetch_optional(db)
     .await?;
     match row {
-        Some((key_id, account_id, false)) => {
+        Some((key_id, account_id, false, limit)) => {
             keys.insert(ticket, hash.0, CachedKey { key_id, account_id });
-            Ok(ApiKeyPrincipal { account_id, key_id })
+            Ok(ApiKeyPrincipal {
+                account_id,
+                key_id,
+                limit_read: Some(limit),
+            })
         }
-        Some((key_id, account_id, true)) => {
+        Some((key_id, account_id, true, _)) => {
             if let Some(suppressed) = refused(Refusal::RevokedKey) {
                 tracing::info!(key_id, account_id, suppressed, "api key refused: revoked");
             }

@@ -5,6 +5,10 @@
 pub struct ApiKeyPrincipal {
     pub account_id: i64,
     pub key_id: i64,
+    /// The key's `monthly_limit` when this lookup read the key's row (`Some(None)`: no
+    /// limit), so the per-key limit view need not read it again; `None` when the cache
+    /// answered.
+    pub limit_read: Option<Option<i64>>,
 }
 
 /// A caller authenticated by a login session.

@@ -107,7 +107,11 @@ async fn forward(
     let now = Utc::now();
     let mut cost = state.pricing.route_cost(path);
     // The key's own limit first: refused there, nothing of the account is spent.
-    let key_hold = match state.key_limits.check(principal.key_id, cost, now).await? {
+    let key_hold = match state
+        .key_limits
+        .check(principal.key_id, principal.limit_read, cost, now)
+        .await?
+    {
         KeyVerdict::Pass(hold) => hold,
         KeyVerdict::Refuse { retry_after } => {
             *quota = state.quota.standing(principal.account_id, now).await?;

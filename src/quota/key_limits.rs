@@ -145,10 +145,13 @@ impl KeyLimits {
     }
 
     /// Decides a call of `cost` units through `key_id` at `now`. Reads PostgreSQL only
-    /// for a key not seen lately, and for a limited key whose block ran out.
+    /// for a key not seen lately, and for a limited key whose block ran out;
+    /// `limit_read` is the key's limit when the caller has just read the key's row
+    /// (authentication on a key-cache miss), which spares the view its own read.
     pub async fn check(
         &self,
         key_id: i64,
+        limit_read: Option<Option<i64>>,
         cost: i64,
         now: DateTime<Utc>,
     ) -> Result<KeyVerdict, sqlx::Error> {
@@ -156,7 +159,7 @@ impl KeyLimits {
             return Ok(KeyVerdict::Pass(KeyHold::none()));
         };
         let verdict = match inner.fast(key_id, cost, now) {
-            Fast::Ask => inner.ask(key_id, cost, now).await?,
+            Fast::Ask => inner.ask(key_id, limit_read, cost, now).await?,
             fast => fast,
         };
         Ok(match verdict {
@@ -225,19 +228,30 @@ impl Inner {
         }
     }
 
-    /// Reads the key's limit, and reserves a block when it has one.
-    async fn ask(&self, key_id: i64, cost: i64, now: DateTime<Utc>) -> Result<Fast, sqlx::Error> {
+    /// Reads the key's limit (unless `limit_read` brings it), and reserves a block when
+    /// it has one.
+    async fn ask(
+        &self,
+        key_id: i64,
+        limit_read: Option<Option<i64>>,
+        cost: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Fast, sqlx::Error> {
         let month = Month::containing(now);
         let limited = lock(&self.shard(key_id).entries)
             .get(&key_id)
             .is_some_and(|e| e.limit.is_some() || e.block > 0);
         if !limited {
             // Most keys have no limit, and one read says so.
-            let limit: Option<Option<i64>> =
-                sqlx::query_scalar("SELECT monthly_limit FROM api_key WHERE id = $1")
-                    .bind(key_id)
-                    .fetch_optional(&self.db)
-                    .await?;
+            let limit: Option<Option<i64>> = match limit_read {
+                Some(read) => Some(read),
+                None => {
+                    sqlx::query_scalar("SELECT monthly_limit FROM api_key WHERE id = $1")
+                        .bind(key_id)
+                        .fetch_optional(&self.db)
+                        .await?
+                }
+            };
             if limit.flatten().is_none() {
                 self.put(key_id, month, None, 0, None);
                 return Ok(Fast::Unlimited);

@@ -57,6 +57,30 @@ async fn a_used_up_key_is_refused_and_the_accounts_other_keys_are_not() {
     assert_eq!(keyed, 3, "the ledger rows record the key");
 }
 
+/// The first call through a key is decided on the limit its authentication just read
+/// (no second read): a key limited to 0 is refused at once, a key whose limit was set
+/// by PATCH before its first call likewise, and an unlimited key passes.
+#[tokio::test]
+async fn a_keys_first_call_is_held_to_the_limit_its_lookup_read() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let token = app.login(&customer).await;
+    let (_, zero) = new_key(&app, &token, Some(json!({"monthly_limit": 0}))).await;
+    let (patched_id, patched) = new_key(&app, &token, None).await;
+    let res = set_limit(&app, &token, patched_id, json!(0)).await;
+    assert_eq!(res.status(), 200);
+    let (_, plain) = new_key(&app, &token, None).await;
+
+    assert_error(app.call(DAILY, &zero).await, 429, "KEY_QUOTA_EXCEEDED").await;
+    assert_error(app.call(DAILY, &patched).await, 429, "KEY_QUOTA_EXCEEDED").await;
+    assert_eq!(app.call(DAILY, &plain).await.status(), 200);
+    assert_eq!(
+        app.upstream.recorded().len(),
+        1,
+        "only the unlimited key's call"
+    );
+}
+
 #[tokio::test]
 async fn raising_or_clearing_a_limit_lets_the_key_call_again_at_once() {
     let app = spawn_app().await;
@@ -64,27 +88,12 @@ async fn raising_or_clearing_a_limit_lets_the_key_call_again_at_once() {
     let token = app.login(&customer).await;
     let (key_id, key) = new_key(&app, &token, Some(json!({"monthly_limit": 0}))).await;
     assert_eq!(app.call(DAILY, &key).await.status(), 429);
-    let path = format!("/account/v1/keys/{key_id}");
-    let res = send(
-        &app,
-        Method::PATCH,
-        &path,
-        &token,
-        Some(json!({"monthly_limit": 2})),
-    )
-    .await;
+    let res = set_limit(&app, &token, key_id, json!(2)).await;
     assert_eq!(res.status(), 200);
     assert_eq!(app.call(DAILY, &key).await.status(), 200);
     assert_eq!(app.call(DAILY, &key).await.status(), 200);
     assert_eq!(app.call(DAILY, &key).await.status(), 429);
-    let res = send(
-        &app,
-        Method::PATCH,
-        &path,
-        &token,
-        Some(json!({"monthly_limit": null})),
-    )
-    .await;
+    let res = set_limit(&app, &token, key_id, Value::Null).await;
     assert_eq!(res.status(), 200);
     assert_eq!(app.call(DAILY, &key).await.status(), 200);
     assert_eq!(app.upstream.recorded().len(), 3);
@@ -98,15 +107,7 @@ async fn a_lowered_limit_holds_even_while_units_are_reserved() {
     let (key_id, key) = new_key(&app, &token, Some(json!({"monthly_limit": 1000}))).await;
     // The first call reserves a block of the key's units on this replica.
     assert_eq!(app.call(DAILY, &key).await.status(), 200);
-    let path = format!("/account/v1/keys/{key_id}");
-    let res = send(
-        &app,
-        Method::PATCH,
-        &path,
-        &token,
-        Some(json!({"monthly_limit": 2})),
-    )
-    .await;
+    let res = set_limit(&app, &token, key_id, json!(2)).await;
     assert_eq!(res.status(), 200);
     let mut forwarded = 1;
     for _ in 0..5 {

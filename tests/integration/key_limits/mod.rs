@@ -33,6 +33,19 @@ pub async fn send(
     request.send().await.unwrap()
 }
 
+/// `PATCH /account/v1/keys/{key_id}` setting (or, with null, clearing) its limit.
+pub async fn set_limit(app: &TestApp, token: &str, key_id: i64, limit: Value) -> reqwest::Response {
+    let path = format!("/account/v1/keys/{key_id}");
+    send(
+        app,
+        Method::PATCH,
+        &path,
+        token,
+        Some(json!({ "monthly_limit": limit })),
+    )
+    .await
+}
+
 /// A new key of the session's account, with `body` as the creation request.
 pub async fn new_key(app: &TestApp, token: &str, body: Option<Value>) -> (i64, String) {
     let res = send(app, Method::POST, "/account/v1/keys", token, body).await;
