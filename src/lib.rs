@@ -28,6 +28,7 @@ pub mod db;
 pub mod error;
 pub mod export;
 pub mod http;
+pub mod json_number;
 pub mod month;
 pub mod nats;
 pub mod notify;

@@ -15,27 +15,23 @@ use crate::state::AppState;
 
 /// The body of `PATCH /account/v1/keys/{key_id}` (as documented; read as
 /// [`KeyLimitChangeBody`], which tells a null limit from a missing one).
-#[derive(Debug, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct KeyLimitChange {
     /// The new limit in units per UTC month, or null to remove it. Required.
+    #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i64>, required = true, minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub monthly_limit: Option<Option<i64>>,
 }
 
 /// A field that is present, null or not (`None` = absent: serde's default).
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<i64>>, D::Error> {
-    Option::<i64>::deserialize(d).map(Some)
+    crate::json_number::whole_or_null(d).map(Some)
 }
 
 impl<'de> Deserialize<'de> for KeyLimitChangeBody {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Raw {
-            #[serde(default, deserialize_with = "present")]
-            monthly_limit: Option<Option<i64>>,
-        }
-        Raw::deserialize(d).map(|r| KeyLimitChangeBody(r.monthly_limit))
+        KeyLimitChange::deserialize(d).map(|c| KeyLimitChangeBody(c.monthly_limit))
     }
 }
 

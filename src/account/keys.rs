@@ -86,6 +86,7 @@ pub const MAX_KEY_LIMIT: i64 = 1_000_000_000_000;
 #[serde(deny_unknown_fields)]
 pub struct NewKey {
     /// Units per UTC month this key may use; absent or null = no limit of its own.
+    #[serde(default, deserialize_with = "crate::json_number::whole_or_null")]
     #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub monthly_limit: Option<i64>,
 }

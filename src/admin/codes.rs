@@ -30,9 +30,11 @@ pub struct CodesRequest {
     /// A catalogue plan.
     pub plan: String,
     /// Calendar months of subscription each code grants from its redemption, 1 to 120.
+    #[serde(deserialize_with = "crate::json_number::whole")]
     #[schema(minimum = 1, maximum = 120)]
     pub months: i64,
     /// Codes to mint, 1 to 1000.
+    #[serde(deserialize_with = "crate::json_number::whole")]
     #[schema(minimum = 1, maximum = 1000)]
     pub count: i64,
     /// When unredeemed codes stop working (exclusive, in the future); `null` or left

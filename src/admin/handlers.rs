@@ -36,7 +36,7 @@ pub struct SubscriptionRequest {
     )]
     pub plan: String,
     /// Required unless `plan` names a catalogue plan.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::json_number::whole_or_null")]
     #[schema(minimum = 0, example = 100000)]
     pub monthly_allowance: Option<i64>,
     /// RFC 3339, a real instant of years 1 to 9999 UTC (no leap second); defaults to now.

@@ -21,6 +21,7 @@ pub(crate) const MAX_CALLS: i64 = 1_000_000_000_000;
 #[serde(deny_unknown_fields)]
 pub struct GrantRequest {
     /// Units of credit, 1 to 10^12.
+    #[serde(deserialize_with = "crate::json_number::whole")]
     #[schema(minimum = 1, maximum = 1_000_000_000_000_i64)]
     pub calls: i64,
     /// When the credit lapses (exclusive); `null` for never.

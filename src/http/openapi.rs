@@ -243,6 +243,8 @@ mod tests {
         // PATCH refuses a body without `monthly_limit` (null removes the limit).
         let change = &schemas["KeyLimitChange"];
         assert_eq!(change["required"], serde_json::json!(["monthly_limit"]));
+        assert_eq!(change["additionalProperties"], false);
+        assert_eq!(schemas["NewKey"]["additionalProperties"], false);
         assert_eq!(change["properties"]["monthly_limit"]["minimum"], 0);
     }
 

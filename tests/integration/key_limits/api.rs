@@ -56,6 +56,20 @@ async fn a_key_created_with_a_limit_lists_it_and_a_patch_sets_and_clears_it() {
     );
 }
 
+/// A limit written as a whole float (`5.0`, as some clients serialise every number) is
+/// the integer it names, as the document's `integer` type says; on create and on PATCH.
+#[tokio::test]
+async fn a_limit_written_as_a_whole_float_is_that_integer() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let token = app.login(&customer).await;
+    let (key_id, _) = new_key(&app, &token, Some(json!({"monthly_limit": 5.0}))).await;
+    assert_eq!(listed(&app, &token, key_id).await["monthly_limit"], 5);
+    let res = set_limit(&app, &token, key_id, json!(2e1)).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(listed(&app, &token, key_id).await["monthly_limit"], 20);
+}
+
 #[tokio::test]
 async fn bad_limits_are_refused_and_change_nothing() {
     let app = spawn_app().await;
