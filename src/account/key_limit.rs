@@ -39,7 +39,8 @@ impl<'de> Deserialize<'de> for KeyLimitChangeBody {
 pub struct KeyLimitChangeBody(Option<Option<i64>>);
 
 /// Sets (or with `None` clears) the limit of `account_id`'s key `key_id`; the key as it
-/// now is, `KEY_NOT_FOUND` when the account has no such key. Shared with the portal.
+/// now is, `KEY_NOT_FOUND` when the account has no such live key (a revoked key's limit
+/// no longer matters, and is left as it was). Shared with the portal.
 pub async fn set_key_limit(
     state: &AppState,
     account_id: i64,
@@ -49,7 +50,8 @@ pub async fn set_key_limit(
     let month = Month::containing(chrono::Utc::now());
     let key: Option<KeySummary> = sqlx::query_as(
         "WITH changed AS (
-             UPDATE api_key SET monthly_limit = $3 WHERE id = $1 AND account_id = $2
+             UPDATE api_key SET monthly_limit = $3
+             WHERE id = $1 AND account_id = $2 AND revoked_at IS NULL
              RETURNING id, prefix, created_at, revoked_at, monthly_limit)
          SELECT k.id AS key_id, k.prefix, k.created_at, k.revoked_at, k.monthly_limit,
                 coalesce(c.used, 0) AS used
@@ -79,7 +81,7 @@ pub async fn set_key_limit(
         (status = 200, description = "The key with its new limit", body = KeySummary),
         (status = 400, description = "MALFORMED_JSON: the body is not JSON", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
-        (status = 404, description = "KEY_NOT_FOUND: no key of this account has this id", body = ErrorBody),
+        (status = 404, description = "KEY_NOT_FOUND: no live key of this account has this id (revoked keys take no limit)", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE: the body exceeds 16 KiB", body = ErrorBody),
         (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: content-type is not application/json", body = ErrorBody),
         (status = 422, description = "VALIDATION_FAILED: `monthly_limit` missing, or not null nor an integer >= 0", body = ErrorBody),

@@ -137,6 +137,24 @@ async fn another_accounts_key_cannot_be_limited() {
     assert_eq!(app.call(DAILY, &owner.api_key).await.status(), 200);
 }
 
+/// A revoked key takes no limit: PATCH answers 404 as for a key that does not exist,
+/// and the listed key keeps the limit it had.
+#[tokio::test]
+async fn a_revoked_keys_limit_cannot_be_changed() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let token = app.login(&customer).await;
+    let (key_id, _) = new_key(&app, &token, Some(json!({"monthly_limit": 4}))).await;
+    let path = format!("/account/v1/keys/{key_id}");
+    let res = send(&app, Method::DELETE, &path, &token, None).await;
+    assert!(res.status().is_success(), "{}", res.status());
+    let res = set_limit(&app, &token, key_id, Value::Null).await;
+    assert_error(res, 404, "KEY_NOT_FOUND").await;
+    let item = listed(&app, &token, key_id).await;
+    assert!(item["revoked_at"].is_string(), "{item}");
+    assert_eq!(item["monthly_limit"], 4);
+}
+
 #[tokio::test]
 async fn a_key_body_that_is_not_json_is_refused_with_a_json_error() {
     let app = spawn_app().await;
