@@ -2,7 +2,8 @@
 //!
 //! Migrations run through refinery's tokio-postgres driver (refinery has no sqlx driver),
 //! under a session advisory lock so replicas starting together apply them once. The
-//! application itself talks to PostgreSQL through an sqlx pool.
+//! application itself talks to PostgreSQL through an sqlx pool; [`listen`] keeps a
+//! per-replica view on a `NOTIFY` channel.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,10 +12,51 @@ use anyhow::Context;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::ConnectOptions;
 use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use tokio_util::sync::CancellationToken;
 
 mod embedded {
     refinery::embed_migrations!("migrations");
+}
+
+/// Pause before a lost listener connects again.
+const RELISTEN_PAUSE: Duration = Duration::from_millis(500);
+
+/// Hands each notification of `channel` to `apply` until `stop`, connecting again after
+/// a lost connection. What was sent while not listening is unknown, so `start_over` runs
+/// once LISTEN has taken effect and again when the connection is lost; `what` names the
+/// listener in the warning.
+pub async fn listen(
+    db: &PgPool,
+    channel: &str,
+    what: &str,
+    stop: &CancellationToken,
+    mut start_over: impl FnMut(),
+    mut apply: impl FnMut(&str),
+) {
+    while !stop.is_cancelled() {
+        let result = async {
+            let mut listener = PgListener::connect_with(db).await?;
+            listener.listen(channel).await?;
+            start_over();
+            loop {
+                let notification = tokio::select! {
+                    _ = stop.cancelled() => return Ok::<_, sqlx::Error>(()),
+                    n = listener.recv() => n?,
+                };
+                apply(notification.payload());
+            }
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "{what} listener lost; reconnecting");
+            start_over();
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(RELISTEN_PAUSE) => {}
+            }
+        }
+    }
 }
 
 /// Arbitrary but fixed key of the advisory lock that serializes `migrate` runs.

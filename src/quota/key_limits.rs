@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -405,29 +404,17 @@ async fn keep_blocks(inner: Arc<Inner>, stop: CancellationToken) {
 /// Applies limit changes until `stop`. What changed while not listening is unknown, so
 /// every (re)connect marks every entry stale.
 async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
-    while !stop.is_cancelled() {
-        let result = async {
-            let mut listener = PgListener::connect_with(&inner.db).await?;
-            listener.listen(CHANNEL).await?;
-            inner.mark_all_stale();
-            loop {
-                let notification = tokio::select! {
-                    _ = stop.cancelled() => return Ok::<_, sqlx::Error>(()),
-                    n = listener.recv() => n?,
-                };
-                if let Ok(key_id) = notification.payload().parse::<i64>() {
-                    inner.mark_stale(key_id);
-                }
+    crate::db::listen(
+        &inner.db,
+        CHANNEL,
+        "key limit",
+        &stop,
+        || inner.mark_all_stale(),
+        |payload| {
+            if let Ok(key_id) = payload.parse::<i64>() {
+                inner.mark_stale(key_id);
             }
-        }
-        .await;
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "key limit listener lost; reconnecting");
-            inner.mark_all_stale();
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            }
-        }
-    }
+        },
+    )
+    .await;
 }

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use dashmap::DashMap;
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -459,45 +458,30 @@ async fn keep_blocks(inner: Arc<Inner>, stop: CancellationToken) {
     }
 }
 
-/// Applies other replicas' notifications until `stop`.
+/// Applies other replicas' notifications until `stop`. What changed before LISTEN took
+/// effect is unknown: every (re)connect starts over (keeping held blocks).
 async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
-    while !stop.is_cancelled() {
-        let result = async {
-            let mut listener = PgListener::connect_with(&inner.db).await?;
-            listener.listen(CHANNEL).await?;
-            // What changed before LISTEN took effect is unknown: start over.
-            inner.entries.retain(|_, e| e.block > 0);
-            loop {
-                let notification = tokio::select! {
-                    _ = stop.cancelled() => return Ok::<_, sqlx::Error>(()),
-                    n = listener.recv() => n?,
-                };
-                let Some((from, ids)) = notification.payload().split_once('|') else {
-                    continue;
-                };
-                if from == inner.replica.to_string() {
-                    continue;
-                }
-                for item in ids.split(',') {
-                    let Some(news) = News::parse(item) else {
-                        continue;
-                    };
-                    if let Some(mut entry) = inner.entries.get_mut(&news.account_id) {
-                        apply_news(news, &mut entry);
-                    }
+    crate::db::listen(
+        &inner.db,
+        CHANNEL,
+        "standing",
+        &stop,
+        || inner.entries.retain(|_, e| e.block > 0),
+        |payload| {
+            let Some((from, ids)) = payload.split_once('|') else {
+                return;
+            };
+            if from == inner.replica.to_string() {
+                return;
+            }
+            for news in ids.split(',').filter_map(News::parse) {
+                if let Some(mut entry) = inner.entries.get_mut(&news.account_id) {
+                    apply_news(news, &mut entry);
                 }
             }
-        }
-        .await;
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "standing listener lost; reconnecting");
-            inner.entries.retain(|_, e| e.block > 0);
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            }
-        }
-    }
+        },
+    )
+    .await;
 }
 
 /// Applies another replica's news to this replica's entry of the account.
