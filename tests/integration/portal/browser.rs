@@ -195,5 +195,5 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
     browser.wait_for_path("/portal/sign-in").await;
     c.goto(&app.url("/portal/")).await.unwrap();
     browser.wait_for_path("/portal/sign-in").await;
-    c.clone().close().await.unwrap();
+    browser.close().await;
 }
