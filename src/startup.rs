@@ -474,6 +474,8 @@ pub async fn serve(
         }
         _ => None,
     };
-    let app = crate::http::router(state);
-    crate::server::run(listener, app, tls, limits, shutdown).await
+    // Each connection worker's router has an upstream pool of its own, so a call's
+    // upstream connection lives on the thread that serves the call.
+    let apps = move || crate::http::router(state.with_own_upstream_pool());
+    crate::server::run(listener, apps, tls, limits, shutdown).await
 }

@@ -34,7 +34,7 @@ pub struct AppState(Arc<Parts>);
 /// The services, and the sub-state authentication takes (built once, from the same
 /// services).
 struct Parts {
-    shared: Shared,
+    shared: Arc<Shared>,
     auth: AuthState,
     proxy: ProxyState,
 }
@@ -77,16 +77,27 @@ impl AppState {
             db: shared.db.clone(),
             keys: shared.keys.clone(),
             upstream,
-            pricing,
+            pricing: Arc::new(pricing),
             key_limits: shared.key_limits.clone(),
             quota: shared.quota.clone(),
             throttler: shared.throttler.clone(),
             usage: shared.usage.clone(),
         });
         Self(Arc::new(Parts {
-            shared,
+            shared: Arc::new(shared),
             auth,
             proxy,
+        }))
+    }
+
+    /// The same state with an upstream connection pool of its own (a connection
+    /// worker's).
+    pub fn with_own_upstream_pool(&self) -> Self {
+        let upstream = Arc::new(self.0.proxy.upstream.with_own_pool());
+        Self(Arc::new(Parts {
+            shared: self.0.shared.clone(),
+            auth: self.0.auth.clone(),
+            proxy: self.0.proxy.with_upstream(upstream),
         }))
     }
 }

@@ -19,6 +19,7 @@ use crate::throttle::Throttler;
 #[derive(Clone)]
 pub struct ProxyState(Arc<ProxyParts>);
 
+#[derive(Clone)]
 pub struct ProxyParts {
     pub config: Arc<Config>,
     pub db: PgPool,
@@ -26,7 +27,7 @@ pub struct ProxyParts {
     pub keys: KeyCache,
     pub upstream: Arc<Upstream>,
     /// What calls cost.
-    pub pricing: Pricing,
+    pub pricing: Arc<Pricing>,
     /// Per-key monthly limits of this replica's calls.
     pub key_limits: KeyLimits,
     /// Each calling account's standing, for quota headers and hard limits.
@@ -38,6 +39,14 @@ pub struct ProxyParts {
 impl ProxyState {
     pub fn new(parts: ProxyParts) -> Self {
         Self(Arc::new(parts))
+    }
+
+    /// The same services with calls sent through `upstream`.
+    pub fn with_upstream(&self, upstream: Arc<Upstream>) -> Self {
+        Self::new(ProxyParts {
+            upstream,
+            ..ProxyParts::clone(&self.0)
+        })
     }
 }
 

@@ -25,6 +25,7 @@ type HttpsConnector = hyper_rustls::HttpsConnector<HttpConnector>;
 #[derive(Clone)]
 pub struct Upstream {
     pub(super) client: Client<ConnectTimeout<HttpsConnector>, Body>,
+    connector: ConnectTimeout<HttpsConnector>,
     base: String,
     /// `base` taken apart once, when it is scheme, authority and at most a path.
     origin: Option<Origin>,
@@ -46,11 +47,7 @@ impl Upstream {
                 .wrap_connector(http),
             timeout: config.upstream_timeout().min(MAX_CONNECT_TIMEOUT),
         };
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(1024)
-            .build(connector);
+        let client = pooled(connector.clone());
         let shared_secret = match &config.upstream.shared_secret {
             Some(secret) => {
                 let mut value = HeaderValue::from_str(secret.expose_secret()).map_err(|_| {
@@ -64,12 +61,21 @@ impl Upstream {
         let base = config.upstream.base_url.trim_end_matches('/').to_owned();
         Ok(Self {
             client,
+            connector,
             origin: Origin::of(&base),
             base,
             key_header: HeaderName::from_bytes(config.upstream.key_header.as_bytes())?,
             shared_secret,
             timeout: config.upstream_timeout(),
         })
+    }
+
+    /// The same upstream through a connection pool of its own (a connection worker's).
+    pub fn with_own_pool(&self) -> Self {
+        Self {
+            client: pooled(self.connector.clone()),
+            ..self.clone()
+        }
     }
 
     /// The upstream's URI for a client's: the base followed by the client's path and
@@ -156,6 +162,17 @@ impl Origin {
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A keep-alive pool over `connector`.
+fn pooled(
+    connector: ConnectTimeout<HttpsConnector>,
+) -> Client<ConnectTimeout<HttpsConnector>, Body> {
+    Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(1024)
+        .build(connector)
+}
 
 /// Bounds a whole connection attempt — DNS, TCP and the TLS handshake — so an upstream
 /// that accepts but never completes one is a connect failure (502), not a slow answer.

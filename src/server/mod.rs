@@ -6,11 +6,13 @@
 //! backlog, neither accepted nor refused, while the ones held keep working. Each
 //! connection runs on a [`clock::Clock`] (header-read and idle bounds) whatever its
 //! protocol, and every request body on a [`body::RequestBody`] (stall bound, faults
-//! named as the client's). On shutdown the listener closes, open connections finish their requests
+//! named as the client's). Connections are served on [`workers`]: one current-thread
+//! runtime per core, each with a router of its own. On shutdown the listener closes, open connections finish their requests
 //! for up to `server.shutdown_grace_ms`, and whatever is left is then dropped.
 
 pub mod body;
 pub mod clock;
+pub mod workers;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -63,7 +65,6 @@ impl Limits {
 
 /// What every connection task shares.
 struct Shared {
-    app: Router,
     tls: Option<TlsAcceptor>,
     http: auto::Builder<TokioExecutor>,
     limits: Limits,
@@ -73,11 +74,12 @@ struct Shared {
     abort: CancellationToken,
 }
 
-/// Serves `app` on `listener` (TLS when `tls` is given) until `shutdown` resolves,
-/// then drains open connections within the grace period.
+/// Serves on `listener` (TLS when `tls` is given) until `shutdown` resolves, then drains
+/// open connections within the grace period. Connections go to the [`workers`] in turn,
+/// each served by its worker's router: `apps` makes one per worker.
 pub async fn run(
     listener: TcpListener,
-    app: Router,
+    mut apps: impl FnMut() -> Router,
     tls: Option<TlsAcceptor>,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
@@ -87,13 +89,19 @@ pub async fn run(
     // keep-alive connections (see `clock`).
     http.http1().header_read_timeout(None);
     let shared = Arc::new(Shared {
-        app,
         tls,
         http,
         limits,
         drain: CancellationToken::new(),
         abort: CancellationToken::new(),
     });
+    let current = [tokio::runtime::Handle::current()];
+    let workers = match workers::handles() {
+        [] => &current[..],
+        started => started,
+    };
+    let routers: Vec<Router> = workers.iter().map(|_| apps()).collect();
+    let mut next = 0;
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let connections = TaskTracker::new();
     let accept_errors = RateLimitedLog::default();
@@ -119,13 +127,30 @@ pub async fn run(
                 }
             },
         };
+        // The socket leaves this runtime's reactor for its worker's.
+        let tcp = match tcp.into_std() {
+            Ok(tcp) => tcp,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "an accepted connection was lost");
+                continue;
+            }
+        };
+        let (worker, app) = (&workers[next], routers[next].clone());
+        next = (next + 1) % workers.len();
         let shared = shared.clone();
-        connections.spawn(async move {
+        worker.spawn(connections.track_future(async move {
+            let tcp = match TcpStream::from_std(tcp) {
+                Ok(tcp) => tcp,
+                Err(e) => {
+                    tracing::warn!(%peer, error = %e, "a connection could not join its worker");
+                    return;
+                }
+            };
             metrics::gauge!("tollgate_connections_open").increment(1.0);
-            serve_connection(tcp, peer, &shared).await;
+            serve_connection(tcp, peer, app, &shared).await;
             metrics::gauge!("tollgate_connections_open").decrement(1.0);
             drop(slot);
-        });
+        }));
     }
     // Connections still in the backlog are refused from here on.
     drop(listener);
@@ -147,7 +172,7 @@ pub async fn run(
     Ok(())
 }
 
-async fn serve_connection(tcp: TcpStream, peer: SocketAddr, shared: &Shared) {
+async fn serve_connection(tcp: TcpStream, peer: SocketAddr, app: Router, shared: &Shared) {
     let clock = Clock::new(
         shared.limits.header_read,
         shared.limits.idle,
@@ -155,7 +180,7 @@ async fn serve_connection(tcp: TcpStream, peer: SocketAddr, shared: &Shared) {
     );
     let _ = tcp.set_nodelay(true);
     let Some(acceptor) = &shared.tls else {
-        return serve_http(ClockedIo::new(tcp, clock.clone()), clock, peer, shared).await;
+        return serve_http(ClockedIo::new(tcp, clock.clone()), clock, peer, app, shared).await;
     };
     // The handshake counts toward the first request head's bound.
     let handshake = tokio::time::timeout(shared.limits.header_read, acceptor.accept(tcp));
@@ -175,14 +200,25 @@ async fn serve_connection(tcp: TcpStream, peer: SocketAddr, shared: &Shared) {
             }
         },
     };
-    serve_http(ClockedIo::new(stream, clock.clone()), clock, peer, shared).await
+    serve_http(
+        ClockedIo::new(stream, clock.clone()),
+        clock,
+        peer,
+        app,
+        shared,
+    )
+    .await
 }
 
-async fn serve_http<I>(io: ClockedIo<I>, clock: Arc<Clock>, peer: SocketAddr, shared: &Shared)
-where
+async fn serve_http<I>(
+    io: ClockedIo<I>,
+    clock: Arc<Clock>,
+    peer: SocketAddr,
+    app: Router,
+    shared: &Shared,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let app = shared.app.clone();
     // A body may pause between pieces as long as a head may take to arrive.
     let gap = shared.limits.header_read;
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
