@@ -7,8 +7,9 @@
 //! connection runs on a [`clock::Clock`] (header-read and idle bounds) whatever its
 //! protocol, and every request body on a [`body::RequestBody`] (stall bound, faults
 //! named as the client's). Connections are served on [`workers`]: one current-thread
-//! runtime per core, each with a router of its own. On shutdown the listener closes, open connections finish their requests
-//! for up to `server.shutdown_grace_ms`, and whatever is left is then dropped.
+//! runtime per core, each with a router of its own. On shutdown the listener closes, open
+//! connections finish their requests for up to `server.shutdown_grace_ms`, and whatever
+//! is left is then dropped.
 
 pub mod body;
 pub mod clock;

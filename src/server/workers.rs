@@ -23,8 +23,7 @@ static WORKERS: OnceLock<Vec<Handle>> = OnceLock::new();
 /// when none could be started (the caller then serves on its own runtime).
 pub fn handles() -> &'static [Handle] {
     WORKERS.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-        (0..cores)
+        (0..cores())
             .filter_map(|index| match start(index) {
                 Ok(handle) => Some(handle),
                 Err(e) => {
@@ -34,6 +33,11 @@ pub fn handles() -> &'static [Handle] {
             })
             .collect()
     })
+}
+
+/// The cores this process may use.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
 }
 
 fn start(index: usize) -> std::io::Result<Handle> {
@@ -51,9 +55,8 @@ mod tests {
 
     #[test]
     fn there_is_a_worker_per_core_and_each_runs_what_it_is_given() {
-        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         let workers = handles();
-        assert_eq!(workers.len(), cores);
+        assert_eq!(workers.len(), cores());
         for worker in workers {
             let (tx, rx) = std::sync::mpsc::channel();
             worker.spawn(async move {
