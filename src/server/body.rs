@@ -9,6 +9,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -48,15 +50,51 @@ pub struct RequestBody {
     /// Running while the reader waits for the client.
     timer: Option<Pin<Box<Sleep>>>,
     waiting: bool,
+    /// Set when the body is dropped before its end; `None` for a request without one.
+    left_unread: Option<Arc<AtomicBool>>,
+    ended: bool,
+}
+
+/// Whether the handler dropped its request's body before the end, known once it
+/// has answered.
+///
+/// Over HTTP/1 the rest of such a body is never read, so the connection cannot carry
+/// another request; the answer must say `Connection: close`, or a client would send
+/// its next request on a connection the gateway is closing.
+#[derive(Debug)]
+pub struct LeftUnread(Option<Arc<AtomicBool>>);
+
+impl LeftUnread {
+    pub fn get(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|flag| flag.load(Ordering::Relaxed))
+    }
 }
 
 impl RequestBody {
-    pub fn new(inner: Incoming, gap: Duration) -> Self {
-        Self {
+    pub fn new(inner: Incoming, gap: Duration) -> (Self, LeftUnread) {
+        let left_unread = (!inner.is_end_stream()).then(|| Arc::new(AtomicBool::new(false)));
+        let flag = LeftUnread(left_unread.clone());
+        let body = Self {
             inner,
             gap,
             timer: None,
             waiting: false,
+            left_unread,
+            ended: false,
+        };
+        (body, flag)
+    }
+}
+
+impl Drop for RequestBody {
+    fn drop(&mut self) {
+        if let Some(flag) = &self.left_unread
+            && !self.ended
+            && !self.inner.is_end_stream()
+        {
+            flag.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -73,6 +111,7 @@ impl Body for RequestBody {
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
                 this.waiting = false;
+                this.ended |= frame.is_none();
                 Poll::Ready(frame.map(|f| f.map_err(RequestBodyError::Broken)))
             }
             Poll::Pending => {

@@ -167,12 +167,25 @@ impl Drop for InFlight {
     }
 }
 
+/// How long, after the gateway ends a connection, what the client still sends is read
+/// and dropped; and how much of it at most.
+///
+/// A response that refuses a request before its body has arrived (`413`, a refused
+/// key) is written while the client is still sending. Closing a socket with unread
+/// bytes makes the kernel answer with a reset, which can destroy the response before
+/// the client reads it. So the gateway first ends its side (FIN), then reads until the
+/// client ends its own, as nginx's lingering close does, within these bounds.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
+
 /// A connection's byte stream with its [`Clock`] enforced on reads.
 pub struct ClockedIo<I> {
     inner: I,
     clock: Arc<Clock>,
     timer: Pin<Box<Sleep>>,
     armed_for: Option<Instant>,
+    /// Once our side is shut: how many more bytes the client may send before we stop.
+    lingering: Option<usize>,
 }
 
 impl<I> ClockedIo<I> {
@@ -182,7 +195,30 @@ impl<I> ClockedIo<I> {
             clock,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             armed_for: None,
+            lingering: None,
         }
+    }
+}
+
+impl<I: AsyncRead + AsyncWrite + Unpin> ClockedIo<I> {
+    /// Reads and drops what the client still sends until it ends its side, sends
+    /// [`LINGER_BYTES`], fails, or [`LINGER_TIME`] passes.
+    fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut scratch = [0u8; 8 * 1024];
+        while let Some(left) = self.lingering {
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut self.inner).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() && buf.filled().len() < left => {
+                    self.lingering = Some(left - buf.filled().len());
+                }
+                Poll::Ready(_) => self.lingering = Some(0),
+                Poll::Pending => return self.timer.as_mut().poll(cx),
+            }
+            if self.lingering == Some(0) {
+                break;
+            }
+        }
+        Poll::Ready(())
     }
 }
 
@@ -227,7 +263,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for ClockedIo<I> {
     }
 }
 
-impl<I: AsyncWrite + Unpin> AsyncWrite for ClockedIo<I> {
+impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ClockedIo<I> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -253,7 +289,15 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for ClockedIo<I> {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        let this = self.get_mut();
+        if this.lingering.is_none() {
+            std::task::ready!(Pin::new(&mut this.inner).poll_shutdown(cx))?;
+            this.lingering = Some(LINGER_BYTES);
+            this.timer.as_mut().reset(Instant::now() + LINGER_TIME);
+            this.armed_for = None;
+        }
+        std::task::ready!(this.poll_linger(cx));
+        Poll::Ready(Ok(()))
     }
 }
 

@@ -26,7 +26,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::Request;
+use axum::http::header::CONNECTION;
+use axum::http::{HeaderValue, Request, Version};
 use bytes::Bytes;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -225,13 +226,21 @@ async fn serve_http<I>(
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         let in_flight = clock.request_started();
         request.extensions_mut().insert(ConnectInfo(peer));
-        let request = request.map(|incoming| Body::new(RequestBody::new(incoming, gap)));
+        let http1 = request.version() < Version::HTTP_2;
+        let (parts, incoming) = request.into_parts();
+        let (body, left_unread) = RequestBody::new(incoming, gap);
+        let request = Request::from_parts(parts, Body::new(body));
         let app = app.clone();
         async move {
-            let response = match app.oneshot(request).await {
+            let mut response = match app.oneshot(request).await {
                 Ok(response) => response,
                 Err(never) => match never {},
             };
+            if http1 && left_unread.get() {
+                response
+                    .headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
             Ok::<_, Infallible>(response.map(|body| InFlightBody {
                 inner: body,
                 _in_flight: in_flight,

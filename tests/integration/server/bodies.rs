@@ -129,3 +129,70 @@ async fn a_stalled_json_body_on_the_account_api_is_408_too() {
 
 // ---------------------------------------------------------------------------------
 // Configuration (SPEC §2)
+
+/// A body refused before all of it has arrived: the client, still sending, reads the
+/// whole `413` rather than a reset, and its upload is taken to the end.
+async fn an_oversized_body_is_refused_with_a_readable_413(tls: Option<Tls>) {
+    let app = spawn_bounded(tls.as_ref(), |_| {}).await;
+    let body = vec![b'a'; 512 * 1024];
+    // Each exchange is a race between the refusal and the upload; several make a
+    // reset that destroys the answer all but certain to show.
+    for attempt in 0..8 {
+        let conn = open(&app, tls.as_ref()).await;
+        let (mut read, mut write) = tokio::io::split(conn);
+        let head = format!(
+            "POST /account/v1/signup HTTP/1.1\r\nHost: gw\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n",
+            body.len()
+        );
+        let upload = body.clone();
+        let sender = tokio::spawn(async move {
+            write.write_all(head.as_bytes()).await?;
+            // As a client on a real network sends: a piece at a time, so that the
+            // refusal is written while most of the body is still to come.
+            for piece in upload.chunks(32 * 1024) {
+                write.write_all(piece).await?;
+                write.flush().await?;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            Ok::<_, std::io::Error>(write)
+        });
+        let mut response = Vec::new();
+        timeout(Duration::from_secs(10), read.read_to_end(&mut response))
+            .await
+            .expect("the refusal came within 10 s")
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{} attempt {attempt}: reading the refusal failed: {e}",
+                    scheme(tls.as_ref())
+                )
+            });
+        let text = String::from_utf8_lossy(&response);
+        let (head, json) = text.split_once("\r\n\r\n").expect("a whole response");
+        assert!(head.starts_with("HTTP/1.1 413 "), "{head}");
+        // The rest of the body is never read, so the connection takes no next request.
+        assert!(
+            head.lines()
+                .any(|l| l.eq_ignore_ascii_case("connection: close")),
+            "{head}"
+        );
+        let json: Value = serde_json::from_str(json).unwrap();
+        assert_eq!(json["code"], "PAYLOAD_TOO_LARGE", "{json}");
+        let sent = sender.await.unwrap();
+        assert!(
+            sent.is_ok(),
+            "attempt {attempt}: the upload was cut: {:?}",
+            sent.err()
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_refused_with_a_readable_413_http() {
+    an_oversized_body_is_refused_with_a_readable_413(None).await;
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_refused_with_a_readable_413_https() {
+    an_oversized_body_is_refused_with_a_readable_413(Some(tls())).await;
+}
