@@ -226,6 +226,25 @@ pub async fn month_standings(
     page: i64,
 ) -> Result<Vec<Standing>, sqlx::Error> {
     let mut out = Vec::new();
+    month_standing_pages(db, month, now, free_monthly_calls, page, |standings| {
+        out.extend(standings);
+        true
+    })
+    .await?;
+    Ok(out)
+}
+
+/// Reads the standings of the accounts with calls in `month` in pages of `page`
+/// accounts, in account order, handing each page to `each` until it returns `false` or
+/// the accounts run out.
+pub async fn month_standing_pages(
+    db: &sqlx::PgPool,
+    month: Month,
+    now: DateTime<Utc>,
+    free_monthly_calls: i64,
+    page: i64,
+    mut each: impl FnMut(Vec<Standing>) -> bool,
+) -> Result<(), sqlx::Error> {
     let mut after = i64::MIN;
     loop {
         let mut conn = db.acquire().await?;
@@ -239,10 +258,11 @@ pub async fn month_standings(
         .fetch_all(&mut *conn)
         .await?;
         let Some(last) = ids.last().copied() else {
-            break;
+            return Ok(());
         };
-        out.extend(standings(&mut conn, &ids, month, now, free_monthly_calls).await?);
+        if !each(standings(&mut conn, &ids, month, now, free_monthly_calls).await?) {
+            return Ok(());
+        }
         after = last;
     }
-    Ok(out)
 }

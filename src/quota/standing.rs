@@ -1,7 +1,10 @@
 //! This replica's view of each calling account's standing (SPEC §3.1.6, §6): the
 //! figures of the quota headers, and the hard limit.
 //!
-//! An account's standing is read from PostgreSQL on its first call, then kept current
+//! At start the view reads, in pages, the standings of the accounts with calls this
+//! month (up to [`PRELOAD_MAX`]), so a replica that starts under load does not send
+//! PostgreSQL five reads for each account on its first call. Any other account's
+//! standing is read from PostgreSQL on its first call; either way it is then kept current
 //! without a round trip per call: by what this replica accounts ([`QuotaView::observe`])
 //! and by what the others account or activate (they `NOTIFY` [`CHANNEL`] with the
 //! account ids; entries named there are read again on their next call). A lost
@@ -19,6 +22,7 @@
 //! different accounts take no lock in common.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -29,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::announce::{CHANNEL, News};
-use super::report::standings;
+use super::report::{month_standing_pages, standings};
 use super::rules::{Enforcement, Standing};
 use super::spending::reservation_block;
 use crate::month::{Day, Month, seconds_until};
@@ -41,6 +45,9 @@ const ENTRY_TTL: Duration = Duration::from_secs(60);
 const MAX_ENTRIES: usize = 200_000;
 /// Shards of the entries' map.
 const SHARDS: usize = 64;
+/// Most standings read at start, and the accounts read per statement meanwhile.
+const PRELOAD_MAX: usize = MAX_ENTRIES / 2;
+const PRELOAD_PAGE: i64 = 1_000;
 /// How long a reservation lasts unless renewed.
 const LEASE: Duration = Duration::from_secs(60);
 /// A block unused this long goes back to the account.
@@ -82,6 +89,9 @@ struct Inner {
     replica: Uuid,
     throttler: Throttler,
     entries: DashMap<i64, Entry>,
+    /// Counts what made entries stale (news, forgotten accounts, a lost listener): a
+    /// page read at start is kept only if nothing changed while it was read.
+    changes: AtomicU64,
     /// One reservation at a time per account on this replica.
     reserving: tokio::sync::Mutex<()>,
 }
@@ -105,6 +115,7 @@ impl QuotaView {
                 replica: Uuid::new_v4(),
                 throttler,
                 entries: DashMap::with_shard_amount(SHARDS),
+                changes: AtomicU64::new(0),
                 reserving: tokio::sync::Mutex::new(()),
             })),
         }
@@ -174,25 +185,89 @@ impl QuotaView {
     /// Forgets what this replica knows of `account_ids` (their plan changed).
     pub fn forget(&self, account_ids: &[i64]) {
         let Some(inner) = &self.inner else { return };
+        inner.changes.fetch_add(1, Ordering::Relaxed);
         for id in account_ids {
             inner.entries.remove(id);
         }
     }
 
-    /// Listens for other replicas' notifications and keeps reserved blocks alive (or
-    /// returns them) until `stop`; then returns every block.
+    /// Reads this month's standings, listens for other replicas' notifications and
+    /// keeps reserved blocks alive (or returns them) until `stop`; then returns every
+    /// block.
     pub fn start(&self, stop: CancellationToken) -> Option<JoinHandle<()>> {
         let inner = self.inner.clone()?;
         Some(tokio::spawn(async move {
-            let listening = listen(inner.clone(), stop.clone());
+            // Read once the listener is in place: what it starts over from is then
+            // not the preload's figures, and news from then on marks them stale.
+            let listening_since = Arc::new(tokio::sync::Notify::new());
+            let preloading = async {
+                tokio::select! {
+                    _ = listening_since.notified() => inner.preload(Utc::now()).await,
+                    _ = stop.cancelled() => {}
+                }
+            };
+            let listening = listen(inner.clone(), stop.clone(), listening_since.clone());
             let keeping = keep_blocks(inner.clone(), stop.clone());
-            tokio::join!(listening, keeping);
+            tokio::join!(preloading, listening, keeping);
             inner.return_blocks(|_| true).await;
         }))
     }
 }
 
 impl Inner {
+    /// Reads the standings of the accounts with calls this month, a page at a time, into
+    /// entries not read meanwhile; a page during which entries went stale is left out
+    /// (its accounts are read on their first call). A failure only ends the preload.
+    async fn preload(&self, now: DateTime<Utc>) {
+        let (month, day) = (Month::containing(now), Day::containing(now));
+        let mut seen = self.changes.load(Ordering::Relaxed);
+        let mut loaded = 0usize;
+        let read = month_standing_pages(
+            &self.db,
+            month,
+            now,
+            self.free_monthly_calls,
+            PRELOAD_PAGE,
+            |page| {
+                let changes = self.changes.load(Ordering::Relaxed);
+                if changes == seen {
+                    for standing in page {
+                        if standing.daily.is_some() {
+                            self.throttler.watch_daily();
+                        }
+                        let at = Instant::now();
+                        self.entries
+                            .entry(standing.account_id)
+                            .or_insert_with(|| Entry {
+                                standing,
+                                month,
+                                day,
+                                loaded_at: at,
+                                block: 0,
+                                block_day: day,
+                                block_lease_until: at,
+                                block_used_at: at,
+                            });
+                        loaded += 1;
+                    }
+                }
+                seen = changes;
+                loaded < PRELOAD_MAX && self.entries.len() < PRELOAD_MAX
+            },
+        )
+        .await;
+        metrics::counter!("tollgate_standing_reads_total", "source" => "start")
+            .increment(loaded as u64);
+        match read {
+            Ok(()) => tracing::info!(accounts = loaded, "standings of this month read"),
+            Err(e) => tracing::warn!(
+                accounts = loaded,
+                error = %e,
+                "reading this month's standings stopped; the rest are read on first call"
+            ),
+        }
+    }
+
     async fn standing(&self, account_id: i64, now: DateTime<Utc>) -> Result<Standing, sqlx::Error> {
         let (month, day) = (Month::containing(now), Day::containing(now));
         if let Some(entry) = self.entries.get(&account_id)
@@ -202,6 +277,7 @@ impl Inner {
         {
             return Ok(entry.standing.clone());
         }
+        metrics::counter!("tollgate_standing_reads_total", "source" => "call").increment(1);
         let mut conn = self.db.acquire().await?;
         let standing = standings(
             &mut conn,
@@ -460,13 +536,21 @@ async fn keep_blocks(inner: Arc<Inner>, stop: CancellationToken) {
 
 /// Applies other replicas' notifications until `stop`. What changed before LISTEN took
 /// effect is unknown: every (re)connect starts over (keeping held blocks).
-async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
+async fn listen(
+    inner: Arc<Inner>,
+    stop: CancellationToken,
+    started_over: Arc<tokio::sync::Notify>,
+) {
     crate::db::listen(
         &inner.db,
         CHANNEL,
         "standing",
         &stop,
-        || inner.entries.retain(|_, e| e.block > 0),
+        || {
+            inner.changes.fetch_add(1, Ordering::Relaxed);
+            inner.entries.retain(|_, e| e.block > 0);
+            started_over.notify_one();
+        },
         |payload| {
             let Some((from, ids)) = payload.split_once('|') else {
                 return;
@@ -474,6 +558,7 @@ async fn listen(inner: Arc<Inner>, stop: CancellationToken) {
             if from == inner.replica.to_string() {
                 return;
             }
+            inner.changes.fetch_add(1, Ordering::Relaxed);
             for news in ids.split(',').filter_map(News::parse) {
                 if let Some(mut entry) = inner.entries.get_mut(&news.account_id) {
                     apply_news(news, &mut entry);

@@ -13,6 +13,7 @@ mod listener;
 mod local;
 mod month_edges;
 mod partitions;
+mod preload;
 mod queue;
 mod subscriptions;
 
