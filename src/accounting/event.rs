@@ -2,12 +2,21 @@
 //!
 //! The proxy publishes one event per upstream response with a non-blocking send. A
 //! full queue drops the event with a (rate-limited) warning and a counted metric: the
-//! customer's response is never delayed or changed by accounting.
+//! customer's response is never changed by accounting.
+//!
+//! Before that point, the queue slows what comes in: while it is more than half full, a
+//! call waits (at most [`MAX_PACING`]) for accounting to catch up before it is
+//! forwarded. A gateway whose requests outrun its accounting (the cores shared with
+//! PostgreSQL, a slow disk) then serves a little slower instead of losing usage; one whose
+//! accounting has stopped loses no more than that bound per call before the queue fills
+//! and drops as above.
 //!
 //! Events also travel as JSON (the JetStream transport, SPEC §8), field names as below.
 //! Unknown fields are ignored and every field added later must have a default, so
 //! events already in a stream and processes of another version still understand each
 //! other.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use metrics::Counter;
@@ -73,6 +82,11 @@ pub enum PublishOutcome {
     Disabled,
 }
 
+/// Longest a call waits for room in a queue more than half full.
+pub const MAX_PACING: Duration = Duration::from_millis(20);
+/// How often a waiting call looks at the queue again.
+const PACING_STEP: Duration = Duration::from_millis(1);
+
 /// The sending side of the usage queue. Cheap to clone.
 #[derive(Clone)]
 pub struct UsagePublisher {
@@ -115,6 +129,25 @@ impl UsagePublisher {
         self.tx
             .as_ref()
             .map_or(0, |tx| self.capacity - tx.capacity())
+    }
+
+    /// Waits while the queue is more than half full, at most [`MAX_PACING`]; at once
+    /// otherwise (and with metering off).
+    pub async fn pace(&self) {
+        let Some(tx) = &self.tx else { return };
+        // Free slots below this: more than half of the queue is taken.
+        let half_free = self.capacity - self.capacity / 2;
+        if tx.capacity() >= half_free {
+            return;
+        }
+        static PACED: Registered<Counter> = Registered::new();
+        PACED
+            .get(|| metrics::counter!("tollgate_usage_paced_total"))
+            .increment(1);
+        let until = tokio::time::Instant::now() + MAX_PACING;
+        while tx.capacity() < half_free && tokio::time::Instant::now() < until {
+            tokio::time::sleep(PACING_STEP).await;
+        }
     }
 
     /// Events dropped because the queue was full or closed, since start.
@@ -189,6 +222,31 @@ mod tests {
             reserved_by: None,
             key_reserved_by: None,
         }
+    }
+
+    #[tokio::test]
+    async fn a_queue_more_than_half_full_holds_calls_for_a_bounded_time() {
+        use futures_util::FutureExt as _;
+        let (publisher, mut rx) = queue(4);
+        publisher.publish(event());
+        publisher.publish(event());
+        assert_eq!(
+            publisher.pace().now_or_never(),
+            Some(()),
+            "half full: no wait"
+        );
+        publisher.publish(event());
+        assert_eq!(
+            publisher.pace().now_or_never(),
+            None,
+            "three of four: a wait"
+        );
+        let started = std::time::Instant::now();
+        publisher.pace().await;
+        assert!(started.elapsed() >= MAX_PACING, "{:?}", started.elapsed());
+        rx.recv().await.unwrap();
+        assert_eq!(publisher.pace().now_or_never(), Some(()), "drained to half");
+        assert_eq!(UsagePublisher::disabled().pace().now_or_never(), Some(()));
     }
 
     #[test]

@@ -144,6 +144,9 @@ async fn forward(
         return Err(ApiError::Throttled);
     }
 
+    // Accounting behind: let it catch up a little before forwarding (bounded).
+    state.usage.pace().await;
+
     let peer = peer_of(state, &request);
     let (parts, body) = request.into_parts();
     let uri = upstream.uri(&parts.uri)?;
