@@ -4,12 +4,12 @@
 //! full queue drops the event with a (rate-limited) warning and a counted metric: the
 //! customer's response is never changed by accounting.
 //!
-//! Before that point, the queue slows what comes in: while it is more than half full, a
-//! call waits (at most [`MAX_PACING`]) for accounting to catch up before it is
-//! forwarded. A gateway whose requests outrun its accounting (the cores shared with
-//! PostgreSQL, a slow disk) then serves a little slower instead of losing usage; one whose
-//! accounting has stopped loses no more than that bound per call before the queue fills
-//! and drops as above.
+//! Before that point, the queue slows what comes in: while it is more than half full but
+//! not full, a call waits (at most [`MAX_PACING`]) for accounting to catch up before it
+//! is forwarded. A gateway whose requests outrun its accounting (the cores shared with
+//! PostgreSQL, a slow disk) then serves a little slower instead of losing usage; once the
+//! queue is full, accounting is not keeping up at all: calls are not held, and events are
+//! dropped as above.
 //!
 //! Events also travel as JSON (the JetStream transport, SPEC §8), field names as below.
 //! Unknown fields are ignored and every field added later must have a default, so
@@ -131,13 +131,16 @@ impl UsagePublisher {
             .map_or(0, |tx| self.capacity - tx.capacity())
     }
 
-    /// Waits while the queue is more than half full, at most [`MAX_PACING`]; at once
-    /// otherwise (and with metering off).
+    /// Waits while the queue is more than half full but not full, at most
+    /// [`MAX_PACING`]; at once otherwise (and with metering off).
     pub async fn pace(&self) {
         let Some(tx) = &self.tx else { return };
-        // Free slots below this: more than half of the queue is taken.
+        // Free slots below this: more than half of the queue is taken. None free: the
+        // listener is not keeping up at all, and holding calls would only slow them
+        // (the event is dropped, as a full queue's are).
         let half_free = self.capacity - self.capacity / 2;
-        if tx.capacity() >= half_free {
+        let behind = || (1..half_free).contains(&tx.capacity());
+        if !behind() {
             return;
         }
         static PACED: Registered<Counter> = Registered::new();
@@ -145,7 +148,7 @@ impl UsagePublisher {
             .get(|| metrics::counter!("tollgate_usage_paced_total"))
             .increment(1);
         let until = tokio::time::Instant::now() + MAX_PACING;
-        while tx.capacity() < half_free && tokio::time::Instant::now() < until {
+        while behind() && tokio::time::Instant::now() < until {
             tokio::time::sleep(PACING_STEP).await;
         }
     }
@@ -244,6 +247,9 @@ mod tests {
         let started = std::time::Instant::now();
         publisher.pace().await;
         assert!(started.elapsed() >= MAX_PACING, "{:?}", started.elapsed());
+        publisher.publish(event());
+        assert_eq!(publisher.pace().now_or_never(), Some(()), "full: no wait");
+        rx.recv().await.unwrap();
         rx.recv().await.unwrap();
         assert_eq!(publisher.pace().now_or_never(), Some(()), "drained to half");
         assert_eq!(UsagePublisher::disabled().pace().now_or_never(), Some(()));

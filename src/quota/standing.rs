@@ -89,8 +89,9 @@ struct Inner {
     replica: Uuid,
     throttler: Throttler,
     entries: DashMap<i64, Entry>,
-    /// Counts what made entries stale (news, forgotten accounts, a lost listener): a
-    /// page read at start is kept only if nothing changed while it was read.
+    /// Counts what made entries stale (plans changed here or elsewhere, a lost
+    /// listener): a page read at start is kept only if nothing changed while it was
+    /// read and put in.
     changes: AtomicU64,
     /// One reservation at a time per account on this replica.
     reserving: tokio::sync::Mutex<()>,
@@ -185,7 +186,7 @@ impl QuotaView {
     /// Forgets what this replica knows of `account_ids` (their plan changed).
     pub fn forget(&self, account_ids: &[i64]) {
         let Some(inner) = &self.inner else { return };
-        inner.changes.fetch_add(1, Ordering::Relaxed);
+        inner.changes.fetch_add(1, Ordering::SeqCst);
         for id in account_ids {
             inner.entries.remove(id);
         }
@@ -201,8 +202,12 @@ impl QuotaView {
             // not the preload's figures, and news from then on marks them stale.
             let listening_since = Arc::new(tokio::sync::Notify::new());
             let preloading = async {
+                let preload = async {
+                    listening_since.notified().await;
+                    inner.preload(Utc::now()).await;
+                };
                 tokio::select! {
-                    _ = listening_since.notified() => inner.preload(Utc::now()).await,
+                    _ = preload => {}
                     _ = stop.cancelled() => {}
                 }
             };
@@ -229,16 +234,17 @@ impl Inner {
             self.free_monthly_calls,
             PRELOAD_PAGE,
             |page| {
-                let changes = self.changes.load(Ordering::Relaxed);
+                let changes = self.changes.load(Ordering::SeqCst);
                 if changes == seen {
+                    let mut inserted = Vec::with_capacity(page.len());
                     for standing in page {
                         if standing.daily.is_some() {
                             self.throttler.watch_daily();
                         }
                         let at = Instant::now();
-                        self.entries
-                            .entry(standing.account_id)
-                            .or_insert_with(|| Entry {
+                        let account_id = standing.account_id;
+                        if let dashmap::Entry::Vacant(vacant) = self.entries.entry(account_id) {
+                            vacant.insert(Entry {
                                 standing,
                                 month,
                                 day,
@@ -248,10 +254,19 @@ impl Inner {
                                 block_lease_until: at,
                                 block_used_at: at,
                             });
-                        loaded += 1;
+                            inserted.push(account_id);
+                        }
+                    }
+                    // Made stale while being put in: read on their first call instead.
+                    if self.changes.load(Ordering::SeqCst) == changes {
+                        loaded += inserted.len();
+                    } else {
+                        for account_id in inserted {
+                            self.entries.remove_if(&account_id, |_, e| e.block == 0);
+                        }
                     }
                 }
-                seen = changes;
+                seen = self.changes.load(Ordering::SeqCst);
                 loaded < PRELOAD_MAX && self.entries.len() < PRELOAD_MAX
             },
         )
@@ -547,7 +562,7 @@ async fn listen(
         "standing",
         &stop,
         || {
-            inner.changes.fetch_add(1, Ordering::Relaxed);
+            inner.changes.fetch_add(1, Ordering::SeqCst);
             inner.entries.retain(|_, e| e.block > 0);
             started_over.notify_one();
         },
@@ -558,8 +573,13 @@ async fn listen(
             if from == inner.replica.to_string() {
                 return;
             }
-            inner.changes.fetch_add(1, Ordering::Relaxed);
             for news in ids.split(',').filter_map(News::parse) {
+                // A plan changed elsewhere. Figures a batch committed are not counted:
+                // a standing read meanwhile misses them as a first call's read would,
+                // until the account's next batch or its entry's expiry.
+                if news.figures.is_none() {
+                    inner.changes.fetch_add(1, Ordering::SeqCst);
+                }
                 if let Some(mut entry) = inner.entries.get_mut(&news.account_id) {
                     apply_news(news, &mut entry);
                 }

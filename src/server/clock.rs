@@ -205,18 +205,19 @@ impl<I: AsyncRead + AsyncWrite + Unpin> ClockedIo<I> {
     /// [`LINGER_BYTES`], fails, or [`LINGER_TIME`] passes.
     fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let mut scratch = [0u8; 8 * 1024];
-        while let Some(left) = self.lingering {
+        // `Some(0)`: done, so a second shutdown returns at once.
+        while let Some(left) = self.lingering.filter(|&left| left > 0) {
             let mut buf = ReadBuf::new(&mut scratch);
-            match Pin::new(&mut self.inner).poll_read(cx, &mut buf) {
+            self.lingering = match Pin::new(&mut self.inner).poll_read(cx, &mut buf) {
                 Poll::Ready(Ok(())) if !buf.filled().is_empty() && buf.filled().len() < left => {
-                    self.lingering = Some(left - buf.filled().len());
+                    Some(left - buf.filled().len())
                 }
-                Poll::Ready(_) => self.lingering = Some(0),
-                Poll::Pending => return self.timer.as_mut().poll(cx),
-            }
-            if self.lingering == Some(0) {
-                break;
-            }
+                Poll::Ready(_) => Some(0),
+                Poll::Pending => {
+                    std::task::ready!(self.timer.as_mut().poll(cx));
+                    Some(0)
+                }
+            };
         }
         Poll::Ready(())
     }
