@@ -134,7 +134,18 @@ async fn a_stray_marker_on_an_account_with_allowance_is_removed_by_its_next_call
     kv.insert(&marker_key(account), "1", Some(current_month_bounds().1));
     wait_until_seen(&app, account).await;
 
-    calls(&app, &customer.api_key, 20, 4).await;
+    // Calls until one is admitted (a fifth of a marked account's are), whose accounting
+    // then finds the account with allowance: 20 calls all refused happen about once in
+    // 90 runs.
+    let mut admitted = false;
+    for _ in 0..10 {
+        let outcomes = calls(&app, &customer.api_key, 20, 4).await;
+        if outcomes.iter().any(|o| o.status == StatusCode::OK) {
+            admitted = true;
+            break;
+        }
+    }
+    assert!(admitted, "no call of 200 was admitted");
     let healed = eventually(WAIT, || async { kv.value(&marker_key(account)).is_none() }).await;
     assert!(healed, "the stray marker is still in KV");
     assert!(!app.state.throttler.is_marked(account, Utc::now()));
