@@ -85,6 +85,10 @@ pub struct Passwords {
 
 struct Gate {
     slots: Arc<Semaphore>,
+    /// The runtime whose blocking pool runs the jobs: the one that made the gate, so
+    /// calls served on different connection workers share one pool, and the slots bound
+    /// its threads too (each runtime would otherwise keep threads of its own).
+    runtime: Option<tokio::runtime::Handle>,
     max_waiting: usize,
     waiting: AtomicUsize,
 }
@@ -111,6 +115,7 @@ impl Passwords {
         Self {
             gate: Arc::new(Gate {
                 slots: Arc::new(Semaphore::new(slots.max(1))),
+                runtime: tokio::runtime::Handle::try_current().ok(),
                 max_waiting,
                 waiting: AtomicUsize::new(0),
             }),
@@ -145,17 +150,21 @@ impl Passwords {
         self.gate.slots.available_permits()
     }
 
-    /// Runs `job` on the blocking pool once a slot is free; the job holds the slot until
-    /// it returns, whatever happens to the caller.
+    /// Runs `job` on the gate's blocking pool once a slot is free; the job holds the slot
+    /// until it returns, whatever happens to the caller.
     async fn run<T: Send + 'static>(
         &self,
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, PasswordError> {
         let permit = self.permit().await?;
-        tokio::task::spawn_blocking(move || {
+        let job = move || {
             let _slot = permit;
             job()
-        })
+        };
+        match &self.gate.runtime {
+            Some(runtime) => runtime.spawn_blocking(job),
+            None => tokio::task::spawn_blocking(job),
+        }
         .await
         .context("password hashing task failed")
         .map_err(PasswordError::Failed)
