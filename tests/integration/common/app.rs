@@ -120,6 +120,18 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// The body of a GET to `url`, as text.
+pub async fn get_text(url: &str) -> String {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 impl TestApp {
     /// Signals shutdown and waits for the gateway to stop (queue drained).
     pub async fn stop(&mut self) {

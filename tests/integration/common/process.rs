@@ -25,3 +25,24 @@ pub fn spawn_tollgate(command: &str, env: &[(String, String)], log: &Path) -> Ch
         .spawn()
         .expect("the tollgate binary starts")
 }
+
+/// Waits (up to 30 s) until the process serving `base` answers `/readyz` with 200.
+///
+/// # Panics
+/// When it does not, with the process's `log`.
+pub async fn wait_until_ready(base: &str, log: &Path) {
+    let ready = format!("{base}/readyz");
+    let up = super::eventually(std::time::Duration::from_secs(30), || async {
+        super::client()
+            .get(&ready)
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert!(
+        up,
+        "the process did not start:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}

@@ -39,20 +39,7 @@ impl Serve {
         .collect();
         let log = logs.join(format!("serve-{port}.log"));
         let child = spawn_tollgate("serve", &env, &log);
-        let ready = format!("http://127.0.0.1:{port}/readyz");
-        let up = eventually(Duration::from_secs(30), || async {
-            client()
-                .get(&ready)
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await;
-        assert!(
-            up,
-            "serve did not start:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+        wait_until_ready(&format!("http://127.0.0.1:{port}"), &log).await;
         Self(child)
     }
 }

@@ -175,14 +175,7 @@ async fn signup(base: &str) -> String {
 
 /// The sum of a metric over its labels, from a process's metrics listener.
 async fn metric(port: u16, name: &str) -> f64 {
-    let text = crate::common::client()
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = crate::common::get_text(&format!("http://127.0.0.1:{port}/metrics")).await;
     text.lines()
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

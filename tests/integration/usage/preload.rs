@@ -40,33 +40,13 @@ impl Replica {
             base: format!("http://127.0.0.1:{port}"),
             metrics: format!("http://127.0.0.1:{metrics_port}/metrics"),
         };
-        let ready = format!("{}/readyz", replica.base);
-        let up = eventually(Duration::from_secs(30), || async {
-            client()
-                .get(&ready)
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await;
-        assert!(
-            up,
-            "the replica did not start:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+        wait_until_ready(&replica.base, &log).await;
         replica
     }
 
     /// `tollgate_standing_reads_total{source}` as the replica's metrics listener says.
     async fn reads(&self, source: &str) -> u64 {
-        let text = client()
-            .get(&self.metrics)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = get_text(&self.metrics).await;
         let series = format!("tollgate_standing_reads_total{{source=\"{source}\"}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&series)?.parse().ok())

@@ -2,7 +2,7 @@
 //! figures of the quota headers, and the hard limit.
 //!
 //! At start the view reads, in pages, the standings of the accounts with calls this
-//! month (up to [`PRELOAD_MAX`]), so a replica that starts under load does not send
+//! month (up to half of [`MAX_ENTRIES`]; `preload.rs`), so a replica that starts under load does not send
 //! PostgreSQL five reads for each account on its first call. Any other account's
 //! standing is read from PostgreSQL on its first call; either way it is then kept current
 //! without a round trip per call: by what this replica accounts ([`QuotaView::observe`])
@@ -32,8 +32,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+mod preload;
+
 use super::announce::{CHANNEL, News};
-use super::report::{month_standing_pages, standings};
+use super::report::standings;
 use super::rules::{Enforcement, Standing};
 use super::spending::reservation_block;
 use crate::month::{Day, Month, seconds_until};
@@ -45,9 +47,6 @@ const ENTRY_TTL: Duration = Duration::from_secs(60);
 const MAX_ENTRIES: usize = 200_000;
 /// Shards of the entries' map.
 const SHARDS: usize = 64;
-/// Most standings read at start, and the accounts read per statement meanwhile.
-const PRELOAD_MAX: usize = MAX_ENTRIES / 2;
-const PRELOAD_PAGE: i64 = 1_000;
 /// How long a reservation lasts unless renewed.
 const LEASE: Duration = Duration::from_secs(60);
 /// A block unused this long goes back to the account.
@@ -220,69 +219,6 @@ impl QuotaView {
 }
 
 impl Inner {
-    /// Reads the standings of the accounts with calls this month, a page at a time, into
-    /// entries not read meanwhile; a page during which entries went stale is left out
-    /// (its accounts are read on their first call). A failure only ends the preload.
-    async fn preload(&self, now: DateTime<Utc>) {
-        let (month, day) = (Month::containing(now), Day::containing(now));
-        let mut seen = self.changes.load(Ordering::Relaxed);
-        let mut loaded = 0usize;
-        let read = month_standing_pages(
-            &self.db,
-            month,
-            now,
-            self.free_monthly_calls,
-            PRELOAD_PAGE,
-            |page| {
-                let changes = self.changes.load(Ordering::SeqCst);
-                if changes == seen {
-                    let mut inserted = Vec::with_capacity(page.len());
-                    for standing in page {
-                        if standing.daily.is_some() {
-                            self.throttler.watch_daily();
-                        }
-                        let at = Instant::now();
-                        let account_id = standing.account_id;
-                        if let dashmap::Entry::Vacant(vacant) = self.entries.entry(account_id) {
-                            vacant.insert(Entry {
-                                standing,
-                                month,
-                                day,
-                                loaded_at: at,
-                                block: 0,
-                                block_day: day,
-                                block_lease_until: at,
-                                block_used_at: at,
-                            });
-                            inserted.push(account_id);
-                        }
-                    }
-                    // Made stale while being put in: read on their first call instead.
-                    if self.changes.load(Ordering::SeqCst) == changes {
-                        loaded += inserted.len();
-                    } else {
-                        for account_id in inserted {
-                            self.entries.remove_if(&account_id, |_, e| e.block == 0);
-                        }
-                    }
-                }
-                seen = self.changes.load(Ordering::SeqCst);
-                loaded < PRELOAD_MAX && self.entries.len() < PRELOAD_MAX
-            },
-        )
-        .await;
-        metrics::counter!("tollgate_standing_reads_total", "source" => "start")
-            .increment(loaded as u64);
-        match read {
-            Ok(()) => tracing::info!(accounts = loaded, "standings of this month read"),
-            Err(e) => tracing::warn!(
-                accounts = loaded,
-                error = %e,
-                "reading this month's standings stopped; the rest are read on first call"
-            ),
-        }
-    }
-
     async fn standing(&self, account_id: i64, now: DateTime<Utc>) -> Result<Standing, sqlx::Error> {
         let (month, day) = (Month::containing(now), Day::containing(now));
         if let Some(entry) = self.entries.get(&account_id)
