@@ -6,6 +6,7 @@
 
 pub mod headers;
 pub mod path;
+mod pool;
 pub mod pricing;
 pub mod quota_headers;
 pub mod state;
@@ -167,8 +168,7 @@ async fn forward(
     *upstream_request.headers_mut() = headers;
 
     let started = Instant::now();
-    let result =
-        tokio::time::timeout(upstream.timeout, upstream.client.request(upstream_request)).await;
+    let result = tokio::time::timeout(upstream.timeout, upstream.request(upstream_request)).await;
     static UPSTREAM_DURATION: Registered<Histogram> = Registered::new();
     UPSTREAM_DURATION
         .get(|| metrics::histogram!("tollgate_upstream_duration_seconds"))
@@ -185,13 +185,13 @@ async fn forward(
         Ok(Err(e)) => {
             // The client's body failed (malformed, stalled): the client's fault, not
             // the upstream's; nothing was answered, so nothing is consumed.
-            if let Some(fault) = RequestBodyError::find(&e) {
+            if let Some(fault) = RequestBodyError::find(&*e) {
                 return Err(client_body_fault(fault));
             }
             // A connect timeout is a connect error (502), not a slow answer.
             metrics::counter!("tollgate_upstream_errors_total", "kind" => "unreachable")
                 .increment(1);
-            tracing::warn!(error = %crate::error::anyhow_chain(&e), "upstream unreachable");
+            tracing::warn!(error = %crate::error::anyhow_chain(&*e), "upstream unreachable");
             return Err(ApiError::UpstreamUnavailable(e.to_string()));
         }
         Ok(Ok(r)) => r,

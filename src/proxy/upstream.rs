@@ -1,30 +1,30 @@
-//! The upstream API as the proxy reaches it: one keep-alive connection pool, plain
-//! HTTP or HTTPS (rustls, webpki roots), HTTP/1.1, with every connection attempt
-//! bounded as a whole.
+//! The upstream API as the proxy reaches it: keep-alive connections (a pool per
+//! connection worker, `pool.rs`), plain HTTP or HTTPS (rustls, webpki roots), HTTP/1.1,
+//! with every connection attempt bounded as a whole.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::uri::{Authority, PathAndQuery, Scheme};
-use axum::http::{HeaderName, HeaderValue, Uri};
-use hyper_util::client::legacy::Client;
+use axum::http::{HeaderName, HeaderValue, Request, Response, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use secrecy::ExposeSecret;
 
+use super::pool::{Pool, PooledBody};
 use crate::config::Config;
 use crate::error::ApiError;
 
-type HttpsConnector = hyper_rustls::HttpsConnector<HttpConnector>;
+pub(super) type HttpsConnector = hyper_rustls::HttpsConnector<HttpConnector>;
 
-/// How calls reach the upstream API: one keep-alive connection pool, plain HTTP or
+/// How calls reach the upstream API: a keep-alive connection pool, plain HTTP or
 /// HTTPS (rustls, webpki roots), HTTP/1.1.
 #[derive(Clone)]
 pub struct Upstream {
-    pub(super) client: Client<ConnectTimeout<HttpsConnector>, Body>,
+    pool: Arc<Pool>,
     connector: ConnectTimeout<HttpsConnector>,
     base: String,
     /// `base` taken apart once, when it is scheme, authority and at most a path.
@@ -36,18 +36,7 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn from_config(config: &Config) -> anyhow::Result<Self> {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        let connector = ConnectTimeout {
-            inner: hyper_rustls::HttpsConnectorBuilder::new()
-                .with_webpki_roots()
-                .https_or_http()
-                .enable_http1()
-                .wrap_connector(http),
-            timeout: config.upstream_timeout().min(MAX_CONNECT_TIMEOUT),
-        };
-        let client = pooled(connector.clone());
+        let connector = connector(config.upstream_timeout().min(MAX_CONNECT_TIMEOUT));
         let shared_secret = match &config.upstream.shared_secret {
             Some(secret) => {
                 let mut value = HeaderValue::from_str(secret.expose_secret()).map_err(|_| {
@@ -60,7 +49,7 @@ impl Upstream {
         };
         let base = config.upstream.base_url.trim_end_matches('/').to_owned();
         Ok(Self {
-            client,
+            pool: pooled(connector.clone()),
             connector,
             origin: Origin::of(&base),
             base,
@@ -73,9 +62,18 @@ impl Upstream {
     /// The same upstream through a connection pool of its own (a connection worker's).
     pub fn with_own_pool(&self) -> Self {
         Self {
-            client: pooled(self.connector.clone()),
+            pool: pooled(self.connector.clone()),
             ..self.clone()
         }
+    }
+
+    /// Sends `request` (its URI absolute, see [`Self::uri`]) over a pooled connection
+    /// and answers with the response head.
+    pub(super) async fn request(
+        &self,
+        request: Request<Body>,
+    ) -> Result<Response<PooledBody>, BoxError> {
+        self.pool.request(request).await
     }
 
     /// The upstream's URI for a client's: the base followed by the client's path and
@@ -161,17 +159,33 @@ impl Origin {
 /// Longest a connection attempt may take (less when `upstream.timeout_ms` is shorter).
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long an upstream connection is kept open unused.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Most idle upstream connections one pool keeps.
+const MAX_IDLE: usize = 1024;
 
 /// A keep-alive pool over `connector`.
-fn pooled(
-    connector: ConnectTimeout<HttpsConnector>,
-) -> Client<ConnectTimeout<HttpsConnector>, Body> {
-    Client::builder(TokioExecutor::new())
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(Duration::from_secs(60))
-        .pool_max_idle_per_host(1024)
-        .build(connector)
+fn pooled(connector: ConnectTimeout<HttpsConnector>) -> Arc<Pool> {
+    Pool::new(connector, IDLE_TIMEOUT, MAX_IDLE)
+}
+
+/// Plain HTTP or HTTPS (rustls, webpki roots), HTTP/1.1, `TCP_NODELAY`, each attempt
+/// bounded by `timeout`.
+pub(super) fn connector(timeout: Duration) -> ConnectTimeout<HttpsConnector> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    ConnectTimeout {
+        inner: hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http),
+        timeout,
+    }
 }
 
 /// Bounds a whole connection attempt — DNS, TCP and the TLS handshake — so an upstream
