@@ -4,6 +4,7 @@
 //! when the upstream's response head arrives: every upstream status counts, while the
 //! gateway's own 401/429/502/504 answers publish nothing.
 
+mod connect;
 pub mod headers;
 pub mod path;
 mod pool;

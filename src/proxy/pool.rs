@@ -23,7 +23,7 @@ use hyper::body::{Body as HttpBody, Bytes, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use tower::ServiceExt;
 
-use super::upstream::{BoxError, ConnectTimeout, HttpsConnector};
+use super::connect::{BoxError, ConnectTimeout, HttpsConnector};
 use crate::sync::lock;
 
 /// Idle connections of one worker, most recently used last.
@@ -250,7 +250,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
-    use crate::proxy::upstream::connector;
+    use crate::proxy::connect::connector;
 
     /// An upstream that answers every request on a connection with `body`, closing the
     /// connection after `per_connection` answers; counts the connections it accepted.
