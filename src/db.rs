@@ -231,6 +231,18 @@ pub async fn lock_account(conn: &mut sqlx::PgConnection, id: i64) -> Result<bool
     Ok(!lock_accounts(conn, &[id], false).await?.is_empty())
 }
 
+/// Waits, for the rest of the transaction, until no other transaction holds the
+/// `account` rows of `ids` for writing (a share lock in id order, see
+/// [`lock_accounts`]): a read after it sees what the writers that held them committed.
+pub async fn await_account_writers(
+    conn: &mut sqlx::PgConnection,
+    ids: &[i64],
+) -> Result<(), sqlx::Error> {
+    let sql = "SELECT id FROM account WHERE id = ANY($1) ORDER BY id FOR SHARE";
+    sqlx::query(sql).bind(ids).execute(conn).await?;
+    Ok(())
+}
+
 /// A lock wait that ran past `lock_timeout` (SQLSTATE 55P03).
 pub fn is_lock_timeout(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03"))

@@ -68,9 +68,17 @@ pub struct StandingCheck {
 #[async_trait::async_trait]
 impl MarkerCheck for StandingCheck {
     async fn wanted(&self, accounts: &[i64], now: DateTime<Utc>) -> anyhow::Result<WantedMarkers> {
-        let mut conn = self.db.acquire().await?;
+        // The batch that judged these accounts exhausted hands the marker over before
+        // it commits: wait for it (and any plan change in flight), so the standings
+        // read are the ones it commits, not the ones before.
+        let mut tx = self.db.begin().await?;
+        sqlx::query("SET LOCAL lock_timeout = '5s'")
+            .execute(&mut *tx)
+            .await?;
+        crate::db::await_account_writers(&mut tx, accounts).await?;
         let month = Month::containing(now);
-        let standings = standings(&mut conn, accounts, month, now, self.free_monthly_calls).await?;
+        let standings = standings(&mut tx, accounts, month, now, self.free_monthly_calls).await?;
+        tx.commit().await?;
         let mut wanted = WantedMarkers::default();
         for standing in &standings {
             if marker_action(standing, false) == MarkerAction::Exhaust {

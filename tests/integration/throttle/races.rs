@@ -112,3 +112,41 @@ async fn an_exhaustion_postgresql_still_backs_survives_its_recheck() {
     assert!(!marker_requests(&kv, account).contains(&"DELETE".to_owned()));
     assert_eq!(a.usage_of(account).await["exhausted"], true);
 }
+
+#[tokio::test]
+async fn a_marker_handed_over_before_its_batch_commits_survives_the_recheck() {
+    let kv = FakeKv::start().await;
+    let a = kv_app(&kv, |c| c.throttle.reconcile_interval_ms = 3_600_000).await;
+    let customer = a.signup().await;
+    let account = customer.account_id;
+    // As accounting does: the account locked, its month used up, the marker handed to
+    // the throttler, and only then the commit.
+    let mut batch = a.db.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM account WHERE id = $1 FOR UPDATE")
+        .bind(account)
+        .execute(&mut *batch)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO usage_counter (account_id, month_start, used)
+         VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', $2)",
+    )
+    .bind(account)
+    .bind(FREE_CALLS)
+    .execute(&mut *batch)
+    .await
+    .unwrap();
+    a.state
+        .throttler
+        .exhaust(account, Month::containing(Utc::now()), Utc::now());
+    wait_for_kv_call(&kv, "PUT", &format!("/values/{}", marker_key(account))).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    batch.commit().await.unwrap();
+
+    // The re-check read what the batch committed: the marker stays.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(marker_requests(&kv, account), ["GET", "PUT"]);
+    assert!(kv.value(&marker_key(account)).is_some());
+    assert!(a.state.throttler.is_marked(account, Utc::now()));
+    assert_eq!(a.usage_of(account).await["exhausted"], true);
+}
