@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::rules::{FREE_PLAN, Subscription};
+use super::rules::{Enforcement, FREE_PLAN, Subscription};
 use crate::month::Month;
 
 /// One snapshot to ensure.
@@ -82,12 +82,26 @@ pub async fn ensure_free_subscriptions(
     Ok(())
 }
 
+/// A `subscription` row as [`load_subscriptions`] selects it, decoded by position: the
+/// accountant reads one per account and batch, and decoding by column name costs a
+/// hash lookup per field.
+type SubscriptionRow = (
+    i64,
+    i64,
+    String,
+    i64,
+    DateTime<Utc>,
+    Option<DateTime<Utc>>,
+    Option<i64>,
+    String,
+);
+
 /// Every subscription of `account_ids`, grouped by account.
 pub async fn load_subscriptions(
     conn: &mut PgConnection,
     account_ids: &[i64],
 ) -> Result<HashMap<i64, Vec<Subscription>>, sqlx::Error> {
-    let rows: Vec<Subscription> = sqlx::query_as(
+    let rows: Vec<SubscriptionRow> = sqlx::query_as(
         "SELECT id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement
          FROM subscription WHERE account_id = ANY($1)",
     )
@@ -95,8 +109,24 @@ pub async fn load_subscriptions(
     .fetch_all(conn)
     .await?;
     let mut by_account: HashMap<i64, Vec<Subscription>> = HashMap::new();
-    for sub in rows {
-        by_account.entry(sub.account_id).or_default().push(sub);
+    for (id, account_id, plan, monthly_allowance, starts_at, expires_at, daily, enforcement) in rows
+    {
+        let sub = Subscription {
+            id,
+            account_id,
+            plan,
+            monthly_allowance,
+            starts_at,
+            expires_at,
+            daily_allowance: daily,
+            enforcement: Enforcement::try_from(enforcement).map_err(|e| {
+                sqlx::Error::ColumnDecode {
+                    index: "enforcement".to_owned(),
+                    source: e.into(),
+                }
+            })?,
+        };
+        by_account.entry(account_id).or_default().push(sub);
     }
     Ok(by_account)
 }
