@@ -71,9 +71,9 @@ impl MarkerCheck for StandingCheck {
         // The batch that judged these accounts exhausted hands the marker over before
         // it commits: wait for it (and any plan change in flight), so the standings
         // read are the ones it commits, not the ones before.
-        let mut tx = self.db.begin().await?;
-        sqlx::query("SET LOCAL lock_timeout = '5s'")
-            .execute(&mut *tx)
+        let mut tx = self
+            .db
+            .begin_with("BEGIN; SET LOCAL lock_timeout = '5s'")
             .await?;
         crate::db::await_account_writers(&mut tx, accounts).await?;
         let month = Month::containing(now);

@@ -179,6 +179,11 @@ async fn use_up_free_calls(app: &TestApp, customer: &Customer) {
 /// Makes PostgreSQL say the account has used `used` units this month, as another
 /// replica's accounting would have.
 async fn set_used(app: &TestApp, account_id: i64, used: i64) {
+    set_used_in(&app.db.pool, account_id, used).await;
+}
+
+/// [`set_used`] through `db`, e.g. inside a transaction that holds the account.
+async fn set_used_in<'e>(db: impl sqlx::PgExecutor<'e>, account_id: i64, used: i64) {
     sqlx::query(
         "INSERT INTO usage_counter (account_id, month_start, used)
          VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', $2)
@@ -186,7 +191,7 @@ async fn set_used(app: &TestApp, account_id: i64, used: i64) {
     )
     .bind(account_id)
     .bind(used)
-    .execute(&app.db.pool)
+    .execute(db)
     .await
     .unwrap();
 }

@@ -122,20 +122,12 @@ async fn a_marker_handed_over_before_its_batch_commits_survives_the_recheck() {
     // As accounting does: the account locked, its month used up, the marker handed to
     // the throttler, and only then the commit.
     let mut batch = a.db.pool.begin().await.unwrap();
-    sqlx::query("SELECT id FROM account WHERE id = $1 FOR UPDATE")
-        .bind(account)
-        .execute(&mut *batch)
-        .await
-        .unwrap();
-    sqlx::query(
-        "INSERT INTO usage_counter (account_id, month_start, used)
-         VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', $2)",
-    )
-    .bind(account)
-    .bind(FREE_CALLS)
-    .execute(&mut *batch)
-    .await
-    .unwrap();
+    assert!(
+        tollgate::db::lock_account(&mut batch, account)
+            .await
+            .unwrap()
+    );
+    set_used_in(&mut *batch, account, FREE_CALLS).await;
     a.state
         .throttler
         .exhaust(account, Month::containing(Utc::now()), Utc::now());
