@@ -116,6 +116,21 @@ impl Browser {
         }
     }
 
+    /// Clicks `selector` (a link or a form's button) and waits until its answer has
+    /// replaced the page. chromedriver may return from a click before a form's
+    /// navigation starts, and a page that posts back to itself keeps its path, so
+    /// what tells the answer has loaded is the old document going stale.
+    pub(crate) async fn follow(&self, selector: &str) {
+        let old = self.client.find(Locator::Css("html")).await.unwrap();
+        self.css(selector).await.click().await.unwrap();
+        let replaced = eventually(Duration::from_secs(10), || {
+            let old = old.clone();
+            async move { old.tag_name().await.is_err() }
+        })
+        .await;
+        assert!(replaced, "{selector} on {} led nowhere", self.path().await);
+    }
+
     /// Waits until the page's path is `path` (a form's answer has loaded).
     pub(crate) async fn wait_for_path(&self, path: &str) {
         let arrived = eventually(Duration::from_secs(10), || async {
@@ -217,12 +232,7 @@ async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_bro
         .send_keys(ADMIN_TOKEN)
         .await
         .unwrap();
-    browser
-        .css("section.signin button[type=submit]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.follow("section.signin button[type=submit]").await;
     browser.wait_for_path("/console/").await;
     assert_eq!(browser.text("#calls-month").await, "8");
     assert_eq!(browser.bars("figure.chart rect.bar").await.len(), today);
@@ -230,11 +240,8 @@ async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_bro
 
     // Search the account by its email.
     browser
-        .css("header nav a[href='/console/accounts']")
-        .await
-        .click()
-        .await
-        .unwrap();
+        .follow("header nav a[href='/console/accounts']")
+        .await;
     browser.wait_for_path("/console/accounts").await;
     browser
         .css("#q")
@@ -242,12 +249,7 @@ async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_bro
         .send_keys(&customer.email)
         .await
         .unwrap();
-    browser
-        .css("form.search button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.follow("form.search button").await;
     let searched = eventually(Duration::from_secs(10), || async {
         c.current_url()
             .await
@@ -302,12 +304,7 @@ async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_bro
         .send_keys("500")
         .await
         .unwrap();
-    browser
-        .css("#add-top-up button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.follow("#add-top-up button").await;
     let flash = browser.text("p.flash.done").await;
     assert!(flash.contains("500 units"), "{flash}");
     browser.wait_for_path(&account).await;
@@ -341,24 +338,14 @@ async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_bro
         .send_keys("7")
         .await
         .unwrap();
-    browser
-        .css("#add-top-up button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.follow("#add-top-up button").await;
     assert_eq!(browser.text("section.problem h1").await, "Forbidden");
     browser.screenshot("forged-form").await;
     assert_eq!(app.usage_of(customer.account_id).await["credits"], 500);
 
     // Sign out: the session is gone, and pages lead to the sign-in page again.
     c.goto(&app.url(&account)).await.unwrap();
-    browser
-        .css("form.signout button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.follow("form.signout button").await;
     browser.wait_for_path("/console/sign-in").await;
     c.goto(&app.url(&account)).await.unwrap();
     browser.wait_for_path("/console/sign-in").await;

@@ -21,12 +21,7 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
     c.goto(&app.url("/portal/keys")).await.unwrap();
     browser.wait_for_path("/portal/sign-in").await;
     browser.screenshot("sign-in").await;
-    browser
-        .css("a[href='/portal/sign-up']")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.follow("a[href='/portal/sign-up']").await;
     browser.wait_for_path("/portal/sign-up").await;
     let email = format!("{}@example.com", uuid::Uuid::new_v4().simple());
     browser.css("#email").await.send_keys(&email).await.unwrap();
@@ -36,12 +31,7 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
         .send_keys("correct horse battery")
         .await
         .unwrap();
-    browser
-        .css("section.signin button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.follow("section.signin button").await;
     let api_key = browser.text("section.created pre.secret code").await;
     assert!(api_key.starts_with("tgk_"), "{api_key}");
     let key_id = browser
@@ -73,12 +63,7 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
     let account_id = usage(api_key.clone()).await["account_id"].as_i64().unwrap();
     app.wait_for_ledger(account_id, 3).await;
     let report = usage(api_key.clone()).await;
-    browser
-        .css("a[href='/portal/']")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.follow("a[href='/portal/']").await;
     browser.wait_for_path("/portal/").await;
     for field in ["allowance", "used", "remaining", "credits"] {
         let shown = browser
@@ -94,12 +79,7 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
     browser.screenshot("overview").await;
 
     // A limit of 5 on the key: two calls more, then 429 KEY_QUOTA_EXCEEDED.
-    browser
-        .css("a[href='/portal/keys']")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.follow("a[href='/portal/keys']").await;
     browser.wait_for_path("/portal/keys").await;
     let row = format!("tr[data-key-id='{key_id}']");
     let field = browser
@@ -108,11 +88,8 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
     field.clear().await.unwrap();
     field.send_keys("5").await.unwrap();
     browser
-        .css(&format!("{row} form[action$='/limit'] button"))
-        .await
-        .click()
-        .await
-        .unwrap();
+        .follow(&format!("{row} form[action$='/limit'] button"))
+        .await;
     let notice = browser.text("p.flash.done").await;
     assert!(notice.contains("limit is saved"), "{notice}");
     assert_eq!(browser.text(&format!("{row} td[data-limit]")).await, "5");
@@ -123,17 +100,14 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
     browser.screenshot("key-limited").await;
 
     // A new key, shown once, works while the first is used up; then the first is revoked.
-    browser.css("#new-key button").await.click().await.unwrap();
+    browser.follow("#new-key button").await;
     let second = browser.text("section.created pre.secret code").await;
     assert!(second.starts_with("tgk_") && second != api_key);
     assert_eq!(app.call(DAILY, &second).await.status(), 200);
     browser.screenshot("key-created").await;
     browser
-        .css(&format!("{row} form[action$='/revoke'] button"))
-        .await
-        .click()
-        .await
-        .unwrap();
+        .follow(&format!("{row} form[action$='/revoke'] button"))
+        .await;
     let notice = browser.text("p.flash.done").await;
     assert!(notice.contains("revoked"), "{notice}");
     assert_eq!(app.call(DAILY, &api_key).await.status(), 401);
@@ -142,12 +116,7 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
     browser.screenshot("key-revoked").await;
 
     // Plans: the upgrade link carries the account, and a code activates a plan.
-    browser
-        .css("a[href='/portal/plans']")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.follow("a[href='/portal/plans']").await;
     browser.wait_for_path("/portal/plans").await;
     let href = browser
         .css("tr[data-plan=pro] a.upgrade")
@@ -176,7 +145,7 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
         .unwrap()
         .to_owned();
     browser.css("#code").await.send_keys(&code).await.unwrap();
-    browser.css("#redeem button").await.click().await.unwrap();
+    browser.follow("#redeem button").await;
     browser.wait_for_path("/portal/").await;
     assert_eq!(browser.text("[data-figure=plan] dd").await, "pro");
     assert_eq!(
@@ -186,12 +155,7 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
     browser.screenshot("redeemed").await;
 
     // Signing out ends the session.
-    browser
-        .css("form.signout button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.follow("form.signout button").await;
     browser.wait_for_path("/portal/sign-in").await;
     c.goto(&app.url("/portal/")).await.unwrap();
     browser.wait_for_path("/portal/sign-in").await;
