@@ -6,9 +6,11 @@
 //! what is queued and what is set aside within a bound.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use super::driver::ListenerSettings;
@@ -113,9 +115,16 @@ async fn drain(
     }
 }
 
+/// How often a lingering batch looks for more events (at most; never past the linger).
+const LINGER_POLL: Duration = Duration::from_millis(1);
+
 /// The next batch: what is queued (waiting for a first event), then what arrives
 /// within the linger, up to the batch size. Empty when the queue is closed or `stop`
 /// fires before a first event.
+///
+/// While it lingers the listener looks at the queue on its own clock instead of
+/// waiting on it: a waiting receiver is woken by every event sent, and each of those
+/// wakes is a system call (and often a context switch) on the request's thread.
 async fn next_batch(
     rx: &mut mpsc::Receiver<UsageEvent>,
     settings: &ListenerSettings,
@@ -130,16 +139,35 @@ async fn next_batch(
     if batch.is_empty() || settings.batch_linger.is_zero() {
         return batch;
     }
-    let until = tokio::time::Instant::now() + settings.batch_linger;
-    while batch.len() < size {
-        let room = size - batch.len();
+    let until = Instant::now() + settings.batch_linger;
+    while take_queued(rx, &mut batch, size) {
+        let now = Instant::now();
+        if now >= until {
+            break;
+        }
         tokio::select! {
-            n = rx.recv_many(&mut batch, room) => if n == 0 { break },
-            _ = tokio::time::sleep_until(until) => break,
+            _ = tokio::time::sleep_until(until.min(now + LINGER_POLL)) => {}
             _ = stop.cancelled() => break,
         }
     }
     batch
+}
+
+/// Moves what is queued into `batch`, up to `size`, without waiting; whether the batch
+/// still has room and more may come (the queue is open).
+fn take_queued(
+    rx: &mut mpsc::Receiver<UsageEvent>,
+    batch: &mut Vec<UsageEvent>,
+    size: usize,
+) -> bool {
+    while batch.len() < size {
+        match rx.try_recv() {
+            Ok(event) => batch.push(event),
+            Err(mpsc::error::TryRecvError::Empty) => return true,
+            Err(mpsc::error::TryRecvError::Disconnected) => return false,
+        }
+    }
+    false
 }
 
 /// The batch a finished accounting task hands back unaccounted (it was stopped).

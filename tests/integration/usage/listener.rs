@@ -112,6 +112,24 @@ async fn a_batch_waits_its_linger_for_more_events() {
 }
 
 #[tokio::test]
+async fn a_batch_that_fills_goes_without_waiting_out_its_linger() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let (id, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
+    // A linger far past the 10 s the wait allows: only a full batch can be accounted.
+    let listener = Listener::start(pool, Duration::from_secs(600), 1, 1);
+    let now = Utc::now();
+    listener.publisher.publish(event(id, now));
+    // The listener lingers over the first event before the other fifteen arrive.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for _ in 0..15 {
+        listener.publisher.publish(event(id, now));
+    }
+    wait_for_ledger_rows(pool, "the full batch accounted at once", id, 16).await;
+    listener.stop().await;
+}
+
+#[tokio::test]
 async fn a_batch_waiting_on_a_locked_account_does_not_hold_up_the_next() {
     let db = TestDb::new().await;
     let pool = &db.pool;
