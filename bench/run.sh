@@ -248,8 +248,15 @@ SELECT id, $MONTH, $FREE_CALLS FROM account WHERE id <= $EXHAUSTED;
 -- ANALYZE (autovacuum does that in production; see docs/operating.md).
 INSERT INTO usage_counter (account_id, month_start, used)
 SELECT id, $MONTH, 0 FROM account WHERE id > $EXHAUSTED;
-INSERT INTO usage_daily (account_id, day_start, calls, used)
-SELECT id, date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', 0, 0 FROM account;
+-- And today's day, at zero: on the monthly row since migration V16, in its own table before.
+DO \$seed\$ BEGIN
+    IF to_regclass('usage_daily_closed') IS NOT NULL THEN
+        UPDATE usage_counter SET day_start = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    ELSE
+        INSERT INTO usage_daily (account_id, day_start, calls, used)
+        SELECT id, date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', 0, 0 FROM account;
+    END IF;
+END \$seed\$;
 COMMIT;
 ANALYZE;
 SQL

@@ -320,7 +320,7 @@ async fn main() {
     // Counter updates that stayed on their page (HOT) skip every index.
     let hot_updates: Vec<(String, i64, i64)> = sqlx::query_as(
         "SELECT relname::text, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
-         WHERE relname IN ('usage_counter', 'usage_daily') ORDER BY relname",
+         WHERE relname = 'usage_counter'",
     )
     .fetch_all(&pool)
     .await

@@ -58,7 +58,7 @@ FROM subscription_tracking t, bench_month m
 WHERE t.occurred_at >= m.start AND t.occurred_at < m.finish
 GROUP BY t.account_id, m.start;
 
-INSERT INTO usage_daily (account_id, day_start, calls, used)
+INSERT INTO usage_daily_closed (account_id, day_start, calls, used)
 SELECT account_id, date_trunc('day', occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', count(*), sum(cost)
 FROM subscription_tracking
 GROUP BY 1, 2;

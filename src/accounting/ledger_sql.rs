@@ -1,5 +1,6 @@
 //! The statements one accounting transaction runs (see `ledger.rs`): ledger rows,
-//! monthly and daily counters, reservation settling and credit spending.
+//! per-key counters, reservation settling and credit spending (the account counters
+//! are `counters.rs`'s).
 //!
 //! Each is one set-based statement per batch over arrays (`UNNEST`), whatever the
 //! batch's size. Every statement runs with the rows' accounts row-locked, so no other
@@ -83,31 +84,6 @@ pub(super) async fn insert_ledger_rows(
     Ok(inserted.into_iter().collect())
 }
 
-/// Adds the inserted rows to the counters; returns the new `used` of each pair.
-pub(super) async fn bump_counters(
-    conn: &mut sqlx::PgConnection,
-    per_month: &BTreeMap<(i64, Month), i64>,
-) -> Result<HashMap<(i64, Month), i64>, sqlx::Error> {
-    let rows = bump(conn, MONTHLY, per_month, |m| m.start(), |units| (0, *units)).await?;
-    Ok(rows
-        .into_iter()
-        .map(|(account, start, used)| ((account, Month::containing(start)), used))
-        .collect())
-}
-
-/// Adds the inserted rows to the per-day counters (`(calls, units)`); returns the new
-/// `used` of each pair.
-pub(super) async fn bump_daily(
-    conn: &mut sqlx::PgConnection,
-    per_day: &BTreeMap<(i64, Day), (i64, i64)>,
-) -> Result<HashMap<(i64, Day), i64>, sqlx::Error> {
-    let rows = bump(conn, DAILY, per_day, |d| d.start(), |figures| *figures).await?;
-    Ok(rows
-        .into_iter()
-        .map(|(account, start, used)| ((account, Day::containing(start)), used))
-        .collect())
-}
-
 /// Adds the inserted rows to the per-key monthly counters (`(calls, units)`). Keys that
 /// do not exist (an event delivered by hand) count for none.
 pub(super) async fn bump_key_counters(
@@ -124,33 +100,6 @@ struct Counter {
     update: &'static str,
     insert: &'static str,
 }
-
-const MONTHLY: Counter = Counter {
-    update: "UPDATE usage_counter c SET used = c.used + u.units
-         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
-             AS u(account_id, start, calls, units)
-         WHERE c.account_id = u.account_id AND c.month_start = u.start
-         RETURNING c.account_id, c.month_start, c.used",
-    insert: "INSERT INTO usage_counter (account_id, month_start, used)
-         SELECT account_id, start, units
-         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
-             AS u(account_id, start, calls, units)
-         ON CONFLICT (account_id, month_start) DO UPDATE SET used = usage_counter.used + EXCLUDED.used
-         RETURNING account_id, month_start, used",
-};
-
-const DAILY: Counter = Counter {
-    update: "UPDATE usage_daily c SET calls = c.calls + u.calls, used = c.used + u.units
-         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
-             AS u(account_id, start, calls, units)
-         WHERE c.account_id = u.account_id AND c.day_start = u.start
-         RETURNING c.account_id, c.day_start, c.used",
-    insert: "INSERT INTO usage_daily (account_id, day_start, calls, used)
-         SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
-         ON CONFLICT (account_id, day_start) DO UPDATE
-             SET calls = usage_daily.calls + EXCLUDED.calls, used = usage_daily.used + EXCLUDED.used
-         RETURNING account_id, day_start, used",
-};
 
 const KEYS: Counter = Counter {
     update: "UPDATE key_usage_counter c SET calls = c.calls + u.calls, used = c.used + u.units

@@ -8,6 +8,7 @@
 //! imports it.
 
 mod batch;
+mod counters;
 mod credits_spent;
 mod driver;
 pub mod event;

@@ -49,7 +49,7 @@ async fn the_csv_of_100_000_accounts_streams_in_bounded_memory() {
                     RETURNING id),
               s AS (INSERT INTO subscription (account_id, plan, monthly_allowance, starts_at)
                     SELECT id, 'pro', 100000, '2025-01-01Z' FROM a WHERE id % 3 = 0),
-              d AS (INSERT INTO usage_daily (account_id, day_start, calls, used)
+              d AS (INSERT INTO usage_daily_closed (account_id, day_start, calls, used)
                     SELECT id, '2025-03-10Z', id % 97 + 1, id % 97 + 1 FROM a)
          INSERT INTO usage_counter (account_id, month_start, used)
          SELECT id, '2025-03-01Z', id % 97 + 1 FROM a",

@@ -16,9 +16,10 @@ mod snapshots;
 mod standings;
 mod value;
 
+use super::counters::{MonthFigures, bump_usage};
 use super::event::UsageEvent;
 use super::key_counters::record_keys;
-use super::ledger_sql::{bump_counters, bump_daily, insert_ledger_rows, settle_reservations};
+use super::ledger_sql::{insert_ledger_rows, settle_reservations};
 use crate::month::{Day, Month};
 use crate::quota::announce::announce_standings;
 use snapshots::{ensure_grants, read_allowances, remember};
@@ -126,27 +127,29 @@ async fn insert_rows(tx: &mut PgConnection, batch: &mut Batch<'_>) -> Result<(),
     Ok(())
 }
 
-/// Adds the inserted rows to the monthly and daily counters, once per account and
-/// window, and per key, and settles the units of hard plans and limited keys that
-/// replicas had reserved for them.
+/// Adds the inserted rows to the account counters (the month and its days), once per
+/// account and month, and per key, and settles the units of hard plans and limited
+/// keys that replicas had reserved for them.
 async fn count(tx: &mut PgConnection, batch: &mut Batch<'_>) -> Result<(), sqlx::Error> {
-    let mut per_day: BTreeMap<(i64, Day), (i64, i64)> = BTreeMap::new();
+    let mut figures: BTreeMap<(i64, Month), MonthFigures> = BTreeMap::new();
     let mut reserved: BTreeMap<(i64, Day, Uuid), i64> = BTreeMap::new();
     for e in &batch.accounted {
         let (month, day) = (
             Month::containing(e.occurred_at),
             Day::containing(e.occurred_at),
         );
-        *batch.per_month.entry((e.account_id, month)).or_default() += e.cost;
-        let figures = per_day.entry((e.account_id, day)).or_default();
-        figures.0 += 1;
-        figures.1 += e.cost;
+        let month_figures = figures.entry((e.account_id, month)).or_default();
+        month_figures.units += e.cost;
+        let day_figures = month_figures.days.entry(day).or_default();
+        day_figures.0 += 1;
+        day_figures.1 += e.cost;
         if let Some(replica) = e.reserved_by {
             *reserved.entry((e.account_id, day, replica)).or_default() += e.cost;
         }
     }
-    batch.used = bump_counters(tx, &batch.per_month).await?;
-    batch.used_on = bump_daily(tx, &per_day).await?;
+    batch.per_month = figures.iter().map(|(&k, f)| (k, f.units)).collect();
+    let counted = bump_usage(tx, &figures).await?;
+    (batch.used, batch.used_on) = (counted.used, counted.used_on);
     settle_reservations(tx, &reserved).await?;
     record_keys(tx, &batch.accounted).await
 }

@@ -208,9 +208,10 @@ async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_bro
     let now = Utc::now();
     let first = Month::containing(now).start();
     sqlx::query(
-        "INSERT INTO usage_daily (account_id, day_start, calls, used) VALUES ($1, $2, 5, 5)
+        "INSERT INTO usage_daily_closed (account_id, day_start, calls, used)
+         VALUES ($1, $2, 5, 5)
          ON CONFLICT (account_id, day_start)
-         DO UPDATE SET calls = usage_daily.calls + 5, used = usage_daily.used + 5",
+         DO UPDATE SET calls = usage_daily_closed.calls + 5, used = usage_daily_closed.used + 5",
     )
     .bind(customer.account_id)
     .bind(first)

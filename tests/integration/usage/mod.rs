@@ -8,6 +8,7 @@
 mod api;
 mod concurrency;
 mod counting;
+mod days;
 mod faults;
 mod listener;
 mod local;
