@@ -16,13 +16,14 @@ use async_nats::jetstream::publish::PublishAck;
 use futures_util::StreamExt as _;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
+use metrics::Counter;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::accounting::event::UsageEvent;
 use crate::config::NatsConfig;
-use crate::telemetry::RateLimitedLog;
+use crate::telemetry::{RateLimitedLog, Registered};
 
 /// First pause after a failed publish; it doubles up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -30,6 +31,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// How often a disconnected client is looked at again.
 const DISCONNECTED_RECHECK: Duration = Duration::from_millis(50);
+
+/// How often the queue is looked at while publishes are in flight.
+const QUEUE_POLL: Duration = Duration::from_millis(1);
+
+/// How often the gauges are set while publishes are in flight.
+const GAUGE_INTERVAL: Duration = Duration::from_millis(250);
 
 /// How the publisher runs.
 #[derive(Debug, Clone)]
@@ -105,6 +112,11 @@ impl Relay {
 
     /// Publishes until `stop` fires, or (without `stop`) until the queue is closed and
     /// every event in it acknowledged.
+    ///
+    /// While publishes are in flight the queue is looked at when one is acknowledged
+    /// and every [`QUEUE_POLL`], not waited on: a waiting receiver is woken by every
+    /// event sent, each wake a system call on the request's thread. The gauges are set
+    /// every [`GAUGE_INTERVAL`] meanwhile, and whenever nothing is in flight.
     async fn pump(
         &mut self,
         rx: &mut mpsc::Receiver<UsageEvent>,
@@ -113,37 +125,55 @@ impl Relay {
         let never = CancellationToken::new();
         let stop = stop.unwrap_or(&never);
         let mut closed = false;
+        let mut poll = tokio::time::interval(QUEUE_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut gauges_set = Instant::now();
         loop {
             self.launch_retries().await;
-            self.record(rx.len());
+            if self.in_flight.is_empty() || gauges_set.elapsed() >= GAUGE_INTERVAL {
+                self.record(rx.len());
+                gauges_set = Instant::now();
+            }
             if closed && self.retry.is_empty() && self.in_flight.is_empty() {
                 return;
             }
             let room = self.has_room() && self.retry.is_empty() && !closed;
+            let waiting = self.in_flight.is_empty();
             let resume = self.paused_until;
             tokio::select! {
                 _ = stop.cancelled() => return,
-                Some((event, result)) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                Some((event, result)) = self.in_flight.next(), if !waiting => {
                     self.settle(event, result);
+                    if room {
+                        closed = self.take_queued(rx);
+                    }
                 }
-                event = rx.recv(), if room => match event {
+                event = rx.recv(), if room && waiting => match event {
                     Some(event) => {
                         self.start(event);
-                        // Take what else is queued without a trip through the select.
-                        while self.has_room() {
-                            match rx.try_recv() {
-                                Ok(event) => self.start(event),
-                                Err(_) => break,
-                            }
-                        }
+                        closed = self.take_queued(rx);
                     }
                     None => closed = true,
                 },
+                _ = poll.tick(), if room && !waiting => closed = self.take_queued(rx),
                 _ = tokio::time::sleep_until(resume.unwrap_or_else(Instant::now)), if resume.is_some() => {
                     self.paused_until = None;
                 }
             }
         }
+    }
+
+    /// Starts what is queued, as far as the window allows, without waiting; whether the
+    /// queue is closed and empty.
+    fn take_queued(&mut self, rx: &mut mpsc::Receiver<UsageEvent>) -> bool {
+        while self.retry.is_empty() && self.has_room() {
+            match rx.try_recv() {
+                Ok(event) => self.start(event),
+                Err(mpsc::error::TryRecvError::Empty) => return false,
+                Err(mpsc::error::TryRecvError::Disconnected) => return true,
+            }
+        }
+        false
     }
 
     /// Whether another publish may start now.
@@ -203,9 +233,18 @@ impl Relay {
     fn settle(&mut self, event: UsageEvent, result: Result<PublishAck, PublishErrorKind>) {
         match result {
             Ok(ack) => {
-                let duplicate = if ack.duplicate { "true" } else { "false" };
-                metrics::counter!("tollgate_jetstream_publish_acks_total", "duplicate" => duplicate)
-                    .increment(1);
+                static FIRST: Registered<Counter> = Registered::new();
+                static DUPLICATE: Registered<Counter> = Registered::new();
+                let acks = if ack.duplicate {
+                    DUPLICATE.get(|| {
+                        metrics::counter!("tollgate_jetstream_publish_acks_total", "duplicate" => "true")
+                    })
+                } else {
+                    FIRST.get(|| {
+                        metrics::counter!("tollgate_jetstream_publish_acks_total", "duplicate" => "false")
+                    })
+                };
+                acks.increment(1);
                 self.backoff = MIN_BACKOFF;
                 self.window = (self.window * 2).min(self.nats.publish_concurrency.max(1));
             }

@@ -455,3 +455,58 @@ fn a_worker_without_the_jetstream_transport_exits_with_one_line() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn the_spill_gauge_counts_events_waiting_for_nats_and_settles_at_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut nats) = super::NatsServer::start(dir.path()) else {
+        eprintln!("SKIPPED: no nats-server binary (install Debian's nats-server package)");
+        return;
+    };
+    let mut fleet = Fleet::new().await;
+    fleet.js = TestStream::on(&nats.url());
+    let (_serve, base, metrics_port) = fleet.serve("serve", &[]).await;
+    let key = signup(&base).await;
+    let call = || async {
+        let res = crate::common::client()
+            .get(format!("{base}/vedic/v1/horoscope"))
+            .header("x-api-key", &key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+    };
+    let spill = || metric(metrics_port, "tollgate_jetstream_spill_depth");
+    let settled = || async {
+        spill().await == 0.0
+            && metric(metrics_port, "tollgate_jetstream_publish_in_flight").await == 0.0
+    };
+
+    for _ in 0..20 {
+        call().await;
+    }
+    fleet.wait_until_accounted(Duration::from_secs(10)).await;
+    assert!(
+        eventually(Duration::from_secs(5), settled).await,
+        "nothing left to publish"
+    );
+
+    nats.kill();
+    for _ in 0..5 {
+        call().await;
+    }
+    let waiting = eventually(Duration::from_secs(10), || async { spill().await >= 5.0 }).await;
+    assert!(waiting, "five events wait for NATS: {}", spill().await);
+
+    nats.restart();
+    fleet.wait_until_accounted(Duration::from_secs(30)).await;
+    let ledger = eventually(Duration::from_secs(30), || async {
+        fleet.ledger_ids().await.len() == 25
+    })
+    .await;
+    assert!(ledger, "every call accounted once NATS is back");
+    assert!(
+        eventually(Duration::from_secs(5), settled).await,
+        "the gauges settle at zero"
+    );
+}
