@@ -132,8 +132,12 @@ done
 # of each minute adds is summing them again, timed here on the whole seeded month.
 month_sum=$(psql_at "$DATABASE" -At -c '\timing on' -c "
     SELECT count(*) FROM (
-        SELECT day_start, sum(calls), sum(used) FROM usage_daily
-        WHERE day_start >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
-        GROUP BY day_start) d" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p')
+        SELECT day_start, sum(calls), sum(used) FROM (
+            SELECT day_start, calls, used FROM usage_daily_closed
+            WHERE day_start >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+            UNION ALL
+            SELECT day_start, day_calls, day_used FROM usage_counter
+            WHERE day_start >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+        ) days GROUP BY day_start) d" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p')
 printf '\nsumming a whole month of usage_daily (%s rows), the overview'"'"'s read once a minute: %s ms\n' \
     "$(psql_at "$DATABASE" -Atc 'SELECT count(*) FROM usage_daily')" "$month_sum"

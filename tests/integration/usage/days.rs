@@ -152,3 +152,26 @@ async fn a_day_counted_before_the_upgrade_moves_onto_the_row_and_is_judged_whole
     );
     assert_eq!(closed_days(pool, id).await, Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn every_accounts_calls_per_day_are_summed_from_closed_and_open_days() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let (a, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
+    let (b, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
+    let (third, fourth) = (at("2026-11-03T10:00:00Z"), at("2026-11-04T10:00:00Z"));
+    account(pool, &events(a, third, 2), third).await;
+    account(pool, &[event(a, fourth), event(b, fourth)], fourth).await;
+    assert_eq!(closed_days(pool, a).await, ["11-03: 2"]);
+
+    let mut conn = pool.acquire().await.unwrap();
+    let past = series::PastDays::default();
+    let totals = series::daily_totals(&mut conn, &past, month("2026-11"), fourth).await;
+    let with_calls: Vec<String> = totals
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.calls > 0)
+        .map(|d| format!("{}: {}", d.day.format("%m-%d"), d.calls))
+        .collect();
+    assert_eq!(with_calls, ["11-03: 2", "11-04: 2"]);
+}
