@@ -14,7 +14,10 @@
 -- Readers keep reading `usage_daily`, now a view: the closed days and the open ones,
 -- summed per account and day, so a day is right wherever its figures sit. Nothing
 -- existing is rewritten: the new columns have constant defaults, old rows keep no open
--- day (`day_start` NULL) and their days stay where they were.
+-- day (`day_start` NULL) and their days stay where they were. `usage_counter` is read
+-- once under its lock (the new checks, the index), which holds accounting until commit.
+-- Stop processes of the previous version that account usage first: they write
+-- `usage_daily` by its old name, which is now a view.
 
 ALTER TABLE usage_daily RENAME TO usage_daily_closed;
 ALTER INDEX usage_daily_day_idx RENAME TO usage_daily_closed_day_idx;
