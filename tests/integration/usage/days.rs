@@ -175,3 +175,18 @@ async fn every_accounts_calls_per_day_are_summed_from_closed_and_open_days() {
         .collect();
     assert_eq!(with_calls, ["11-03: 2", "11-04: 2"]);
 }
+
+#[tokio::test]
+async fn a_batch_of_late_events_only_leaves_the_open_day_as_it_was() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let (id, _) = customer_since(pool, "2026-11-01T08:00:00Z").await;
+    let (second, fourth) = (at("2026-11-02T10:00:00Z"), at("2026-11-04T10:00:00Z"));
+    account(pool, &events(id, fourth, 2), fourth).await;
+    account(pool, &events(id, second, 3), fourth).await;
+
+    let both = ["11-02: 3 calls, 3 units", "11-04: 2 calls, 2 units"];
+    assert_eq!(days(pool, id, "2026-11", fourth).await, both);
+    assert_eq!(closed_days(pool, id).await, ["11-02: 3"]);
+    assert_eq!(counter_and_ledger(pool, id, "2026-11").await, (5, 5));
+}
