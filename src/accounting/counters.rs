@@ -108,29 +108,32 @@ pub(super) async fn bump_usage(
     Ok(counted)
 }
 
-/// Adds to the rows whose open day is the pair's day or a later one (a batch of late
-/// events only); rows with an earlier open day, or none, are left alone.
-const ADD_ON_OPEN_DAY: &str = "UPDATE usage_counter c
+/// The counter update: the month's units to every row the condition keeps, and the
+/// day's figures where the pair's day is the open one.
+macro_rules! add_sql {
+    ($condition:literal) => {
+        concat!(
+            "UPDATE usage_counter c
      SET used = c.used + u.units,
          day_calls = c.day_calls + CASE WHEN c.day_start = u.day_start THEN u.day_calls ELSE 0 END,
          day_used = c.day_used + CASE WHEN c.day_start = u.day_start THEN u.day_units ELSE 0 END
      FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::bigint[],
                  $5::bigint[], $6::bigint[])
          AS u(account_id, month_start, day_start, day_calls, day_units, units)
-     WHERE c.account_id = u.account_id AND c.month_start = u.month_start
-       AND c.day_start >= u.day_start
-     RETURNING c.account_id, c.month_start, c.used, c.day_start, c.day_used";
+     WHERE c.account_id = u.account_id AND c.month_start = u.month_start",
+            $condition,
+            "
+     RETURNING c.account_id, c.month_start, c.used, c.day_start, c.day_used"
+        )
+    };
+}
 
-/// Adds the month's units to every pair's row, and the day's figures where it is open.
-const ADD: &str = "UPDATE usage_counter c
-     SET used = c.used + u.units,
-         day_calls = c.day_calls + CASE WHEN c.day_start = u.day_start THEN u.day_calls ELSE 0 END,
-         day_used = c.day_used + CASE WHEN c.day_start = u.day_start THEN u.day_units ELSE 0 END
-     FROM UNNEST($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::bigint[],
-                 $5::bigint[], $6::bigint[])
-         AS u(account_id, month_start, day_start, day_calls, day_units, units)
-     WHERE c.account_id = u.account_id AND c.month_start = u.month_start
-     RETURNING c.account_id, c.month_start, c.used, c.day_start, c.day_used";
+/// Rows whose open day is the pair's day or a later one (a batch of late events only);
+/// rows with an earlier open day, or none, are left alone.
+const ADD_ON_OPEN_DAY: &str = add_sql!(" AND c.day_start >= u.day_start");
+
+/// Every pair's row (once [`open_days`] has opened their days).
+const ADD: &str = add_sql!("");
 
 type CounterRow = (i64, DateTime<Utc>, i64, Option<DateTime<Utc>>, i64);
 
