@@ -474,8 +474,8 @@ pub async fn serve(
         }
         _ => None,
     };
-    // Each connection worker's router has an upstream pool of its own, so a call's
+    // Each connection worker's app has an upstream pool of its own, so a call's
     // upstream connection lives on the thread that serves the call.
-    let apps = move || crate::http::router(state.with_own_upstream_pool());
+    let apps = move || crate::http::Public::new(state.with_own_upstream_pool());
     crate::server::run(listener, apps, tls, limits, shutdown).await
 }

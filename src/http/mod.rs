@@ -1,5 +1,6 @@
 //! The public router: account, portal, admin, billing and operations routes, with the proxy as the
-//! fallback for its two prefixes, under one observability middleware.
+//! fallback for its two prefixes, under one observability middleware; and [`Public`], which
+//! sends the proxied prefixes to the proxy without going through the router.
 
 mod catalogue_doc;
 pub mod limits;
@@ -7,15 +8,24 @@ mod observe;
 pub mod openapi;
 mod ops;
 
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, FromRef, Request, State};
+use axum::http::header::CONTENT_LENGTH;
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use futures_util::FutureExt;
+use tower::ServiceExt;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::error::ApiError;
+use crate::proxy::ProxyState;
 use crate::state::AppState;
 
 /// Every public route of the gateway. Without `admin.token` the admin API and the
@@ -43,11 +53,90 @@ pub fn router(state: AppState) -> Router {
     routes
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(CatchPanicLayer::custom(|_| {
-            ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
-        }))
+        .layer(CatchPanicLayer::custom(panicked))
         .layer(middleware::from_fn(observe::observe))
         .with_state(state)
+}
+
+/// The answer to a request whose handler panicked.
+fn panicked(_: Box<dyn Any + Send>) -> Response {
+    ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+}
+
+/// Every public request: those under the proxied prefixes straight to the proxy, the
+/// rest through [`router`].
+///
+/// A proxied path matches no route, so the router would only try its routes and fall
+/// back to the proxy; going there directly keeps the same observability and panic
+/// answer while skipping the route lookup and the middleware stack's boxed services,
+/// which a proxied call (nearly every call the gateway serves) paid for nothing.
+#[derive(Clone)]
+pub struct Public {
+    router: Router,
+    proxy: ProxyState,
+}
+
+impl Public {
+    pub fn new(state: AppState) -> Self {
+        Self {
+            proxy: ProxyState::from_ref(&state),
+            router: router(state),
+        }
+    }
+}
+
+impl crate::server::App for Public {
+    fn serve(&self, request: Request) -> impl Future<Output = Response> + Send + use<> {
+        let to = match crate::proxy::path::prefix_of(request.uri().path()) {
+            Some(_) => To::Proxy(self.proxy.clone()),
+            None => To::Router(self.router.clone()),
+        };
+        async move {
+            match to {
+                To::Proxy(proxy) => {
+                    observe::observed(request, |request| proxied_call(proxy, request)).await
+                }
+                To::Router(router) => match router.oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                },
+            }
+        }
+    }
+}
+
+/// Where [`Public`] sends a request.
+enum To {
+    Proxy(ProxyState),
+    Router(Router),
+}
+
+/// A proxied call, finished as the router finishes its fallback's answers (a
+/// `Content-Length` when the body's length is known and none was given, no body for
+/// `HEAD`), and answered as its panic layer would if the proxy panics.
+async fn proxied_call(proxy: ProxyState, request: Request) -> Response {
+    let head = request.method() == Method::HEAD;
+    // The proxy's future is large (several kB): boxed, the futures around it stay small
+    // and moving them costs little.
+    let call = async move {
+        let mut response = Box::pin(crate::proxy::handle(State(proxy), request)).await;
+        let length = hyper::body::Body::size_hint(response.body()).exact();
+        if let Some(length) = length
+            && !response.headers().contains_key(CONTENT_LENGTH)
+        {
+            response
+                .headers_mut()
+                .insert(CONTENT_LENGTH, HeaderValue::from(length));
+        }
+        if head {
+            *response.body_mut() = Body::empty();
+        }
+        response
+    };
+    AssertUnwindSafe(call)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(panicked)
 }
 
 /// The body limit of the JSON APIs (account and admin); the portal, console and payment

@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -116,7 +117,18 @@ impl Series {
     }
 }
 
-pub async fn observe(mut request: Request, next: Next) -> Response {
+/// The router's middleware: [`observed`] around the rest of the router.
+pub async fn observe(request: Request, next: Next) -> Response {
+    observed(request, |request| next.run(request)).await
+}
+
+/// Runs `inner` on `request` with its request id, span and HTTP metrics: the router's
+/// middleware, and the proxied prefixes' own path around the proxy (see `Public`).
+pub async fn observed<F, Fut>(mut request: Request, inner: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let id = RequestId::generate();
     request.extensions_mut().insert(id);
     let (route, static_route) = route_label(&request);
@@ -132,7 +144,7 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         account_id = tracing::field::Empty,
     );
     let started = Instant::now();
-    let mut response = next.run(request).instrument(span.clone()).await;
+    let mut response = inner(request).instrument(span.clone()).await;
     let status = response.status();
     response
         .headers_mut()

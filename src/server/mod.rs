@@ -7,7 +7,7 @@
 //! connection runs on a [`clock::Clock`] (header-read and idle bounds) whatever its
 //! protocol, and every request body on a [`body::RequestBody`] (stall bound, faults
 //! named as the client's). Connections are served on [`workers`]: one current-thread
-//! runtime per core, each with a router of its own. On shutdown the listener closes, open
+//! runtime per core, each with an [`App`] of its own. On shutdown the listener closes, open
 //! connections finish their requests for up to `server.shutdown_grace_ms`, and whatever
 //! is left is then dropped.
 
@@ -23,11 +23,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::header::CONNECTION;
-use axum::http::{HeaderValue, Request, Version};
+use axum::http::{HeaderValue, Request, Response, Version};
 use bytes::Bytes;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -38,7 +37,6 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower::ServiceExt;
 
 use crate::config::ServerConfig;
 use crate::telemetry::RateLimitedLog;
@@ -76,12 +74,21 @@ struct Shared {
     abort: CancellationToken,
 }
 
+/// What answers a connection's requests: one per worker, cloned per connection.
+pub trait App: Clone + Send + 'static {
+    /// The response to `request`.
+    fn serve(
+        &self,
+        request: Request<Body>,
+    ) -> impl Future<Output = Response<Body>> + Send + use<Self>;
+}
+
 /// Serves on `listener` (TLS when `tls` is given) until `shutdown` resolves, then drains
 /// open connections within the grace period. Connections go to the [`workers`] in turn,
-/// each served by its worker's router: `apps` makes one per worker.
-pub async fn run(
+/// each served by its worker's app: `apps` makes one per worker.
+pub async fn run<A: App>(
     listener: TcpListener,
-    mut apps: impl FnMut() -> Router,
+    mut apps: impl FnMut() -> A,
     tls: Option<TlsAcceptor>,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
@@ -102,7 +109,7 @@ pub async fn run(
         [] => &current[..],
         started => started,
     };
-    let routers: Vec<Router> = workers.iter().map(|_| apps()).collect();
+    let apps: Vec<A> = workers.iter().map(|_| apps()).collect();
     let mut next = 0;
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let connections = TaskTracker::new();
@@ -137,7 +144,7 @@ pub async fn run(
                 continue;
             }
         };
-        let (worker, app) = (&workers[next], routers[next].clone());
+        let (worker, app) = (&workers[next], apps[next].clone());
         next = (next + 1) % workers.len();
         let shared = shared.clone();
         worker.spawn(connections.track_future(async move {
@@ -174,7 +181,7 @@ pub async fn run(
     Ok(())
 }
 
-async fn serve_connection(tcp: TcpStream, peer: SocketAddr, app: Router, shared: &Shared) {
+async fn serve_connection(tcp: TcpStream, peer: SocketAddr, app: impl App, shared: &Shared) {
     let clock = Clock::new(
         shared.limits.header_read,
         shared.limits.idle,
@@ -216,7 +223,7 @@ async fn serve_http<I>(
     io: ClockedIo<I>,
     clock: Arc<Clock>,
     peer: SocketAddr,
-    app: Router,
+    app: impl App,
     shared: &Shared,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -230,12 +237,9 @@ async fn serve_http<I>(
         let (parts, incoming) = request.into_parts();
         let (body, left_unread) = RequestBody::new(incoming, gap);
         let request = Request::from_parts(parts, Body::new(body));
-        let app = app.clone();
+        let response = app.serve(request);
         async move {
-            let mut response = match app.oneshot(request).await {
-                Ok(response) => response,
-                Err(never) => match never {},
-            };
+            let mut response = response.await;
             if http1 && left_unread.get() {
                 response
                     .headers_mut()

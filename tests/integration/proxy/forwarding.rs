@@ -1,6 +1,8 @@
 //! What reaches the upstream and what comes back: the key swapped for the shared
 //! secret, method, path, query and body intact, the request id, forwarding headers.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::assert_request_id;
@@ -104,6 +106,71 @@ async fn every_proxied_response_carries_the_gateways_own_request_id() {
     let refused = app.call("/vedic/v1/x", "tgk_unknown").await;
     assert_request_id(&refused);
     assert_eq!(refused.status(), 401);
+}
+
+#[tokio::test]
+async fn a_head_call_gets_the_gets_length_and_no_body_and_the_connection_goes_on() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let get = app.call("/vedic/v1/bytes/1000", &customer.api_key).await;
+    assert_eq!(get.status(), 200);
+    assert_eq!(get.headers()["content-length"], "1000");
+    assert_eq!(get.bytes().await.unwrap().len(), 1000);
+
+    let head = app
+        .client
+        .head(app.url("/vedic/v1/bytes/1000"))
+        .header("x-api-key", &customer.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["content-length"], "1000");
+    assert_request_id(&head);
+    assert!(head.headers().contains_key("ratelimit"));
+    assert!(head.bytes().await.unwrap().is_empty());
+    assert_eq!(app.upstream.recorded()[1].method, "HEAD");
+
+    // The same keep-alive connection carries the next call whole.
+    let after = app.call("/vedic/v1/x?sign=leo", &customer.api_key).await;
+    assert_eq!(after.status(), 200);
+    let body: Value = after.json().await.unwrap();
+    assert_eq!(body["query"], "sign=leo");
+}
+
+#[tokio::test]
+async fn proxied_calls_are_counted_under_their_prefix_in_the_http_metrics() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    assert_eq!(
+        app.call("/western/v1/status/418", &customer.api_key)
+            .await
+            .status(),
+        418
+    );
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, tollgate::http::metrics_router()).await });
+    let url = format!("http://{addr}/metrics");
+    let counted = |text: &str| {
+        let requests = text.lines().any(|line| {
+            line.starts_with("tollgate_http_requests_total{")
+                && line.contains(r#"route="/western/v1/*""#)
+                && line.contains(r#"method="GET""#)
+                && line.contains(r#"status="418""#)
+        });
+        requests
+            && text
+                .contains(r#"tollgate_http_request_duration_seconds_count{route="/western/v1/*"}"#)
+    };
+    // Histograms reach the exposition on the recorder's upkeep, every few seconds.
+    let seen = eventually(Duration::from_secs(15), || {
+        let url = url.clone();
+        async move { counted(&get_text(&url).await) }
+    })
+    .await;
+    assert!(seen, "{}", get_text(&url).await);
 }
 
 #[tokio::test]
