@@ -78,6 +78,9 @@ pub struct Peer {
     pub trusted: bool,
 }
 
+/// Room for a client's address and a few proxies' before `X-Forwarded-For` grows.
+const CHAIN_CAPACITY: usize = 64;
+
 /// The headers sent upstream for a client request, built in one pass over the
 /// client's: what passes keeps its order, the gateway's own headers come last.
 pub fn upstream_request_headers(
@@ -108,7 +111,7 @@ pub fn upstream_request_headers(
                 && let Ok(v) = value.to_str()
                 && !v.trim().is_empty()
             {
-                let chain = chain.get_or_insert_with(Vec::new);
+                let chain = chain.get_or_insert_with(|| Vec::with_capacity(CHAIN_CAPACITY));
                 if !chain.is_empty() {
                     chain.extend_from_slice(b", ");
                 }
@@ -125,7 +128,7 @@ pub fn upstream_request_headers(
     }
     out.insert(X_REQUEST_ID.clone(), request_id.clone());
     if let Some(ip) = peer.ip {
-        let chain = chain.get_or_insert_with(Vec::new);
+        let chain = chain.get_or_insert_with(|| Vec::with_capacity(CHAIN_CAPACITY));
         if !chain.is_empty() {
             chain.extend_from_slice(b", ");
         }

@@ -143,7 +143,9 @@ where
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let mut pending = Pending {
             values: vec![None; attrs.metadata().fields().len()],
-            ..Pending::default()
+            // The request span's text (a request id, a method and a route) fits.
+            text: String::with_capacity(96),
+            other: false,
         };
         attrs.record(&mut pending);
         if !pending.other
