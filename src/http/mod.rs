@@ -21,6 +21,7 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::FutureExt;
+use futures_util::future::Either;
 use tower::ServiceExt;
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -87,28 +88,16 @@ impl Public {
 
 impl crate::server::App for Public {
     fn serve(&self, request: Request) -> impl Future<Output = Response> + Send + use<> {
-        let to = match crate::proxy::path::prefix_of(request.uri().path()) {
-            Some(_) => To::Proxy(self.proxy.clone()),
-            None => To::Router(self.router.clone()),
-        };
-        async move {
-            match to {
-                To::Proxy(proxy) => {
-                    observe::observed(request, |request| proxied_call(proxy, request)).await
-                }
-                To::Router(router) => match router.oneshot(request).await {
-                    Ok(response) => response,
-                    Err(never) => match never {},
-                },
-            }
+        if crate::proxy::path::prefix_of(request.uri().path()).is_some() {
+            let proxy = self.proxy.clone();
+            Either::Left(observe::observed(request, |request| {
+                proxied_call(proxy, request)
+            }))
+        } else {
+            let routed = self.router.clone().oneshot(request);
+            Either::Right(routed.map(|answer| answer.unwrap_or_else(|never| match never {})))
         }
     }
-}
-
-/// Where [`Public`] sends a request.
-enum To {
-    Proxy(ProxyState),
-    Router(Router),
 }
 
 /// A proxied call, finished as the router finishes its fallback's answers (a
