@@ -96,6 +96,12 @@ impl Billing<'_> {
             customer: checkout.customer.clone(),
             ..Applied::default()
         };
+        // Fulfilled only once paid: a delayed method's session completes unpaid and is
+        // paid by its `async_payment_succeeded` event.
+        if !checkout.paid {
+            applied.outcome = Outcome::Pending;
+            return Ok(applied);
+        }
         if let Some(customer) = customer {
             lock_customer(tx, customer).await?;
         }

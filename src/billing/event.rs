@@ -3,7 +3,10 @@
 //! change a subscription. Pure; every field read is named here and unit-tested.
 //!
 //! - `checkout.session.completed`: `client_reference_id` (the account id, as text),
-//!   `metadata.plan` (a catalogue name), `customer` (may be null).
+//!   `metadata.plan` (a catalogue name), `customer` (may be null) and `payment_status`:
+//!   only `paid` and `no_payment_required` are paid (Stripe's fulfilment guidance); a
+//!   delayed method is paid by `checkout.session.async_payment_succeeded` for the same
+//!   session, and `checkout.session.async_payment_failed` pays nothing.
 //! - `invoice.paid`: `customer`, the first line's price — `lines.data[0].price.id`, or
 //!   `lines.data[0].pricing.price_details.price` in API versions from 2025-03-31 on —
 //!   and its `period.start` / `period.end` (unix seconds).
@@ -16,6 +19,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 pub const CHECKOUT_COMPLETED: &str = "checkout.session.completed";
+pub const CHECKOUT_ASYNC_SUCCEEDED: &str = "checkout.session.async_payment_succeeded";
+pub const CHECKOUT_ASYNC_FAILED: &str = "checkout.session.async_payment_failed";
 pub const INVOICE_PAID: &str = "invoice.paid";
 pub const SUBSCRIPTION_DELETED: &str = "customer.subscription.deleted";
 
@@ -41,6 +46,8 @@ impl Envelope {
     pub fn type_label(&self) -> &'static str {
         match self.kind.as_str() {
             CHECKOUT_COMPLETED => CHECKOUT_COMPLETED,
+            CHECKOUT_ASYNC_SUCCEEDED => CHECKOUT_ASYNC_SUCCEEDED,
+            CHECKOUT_ASYNC_FAILED => CHECKOUT_ASYNC_FAILED,
             INVOICE_PAID => INVOICE_PAID,
             SUBSCRIPTION_DELETED => SUBSCRIPTION_DELETED,
             _ => "other",
@@ -51,11 +58,16 @@ impl Envelope {
     pub fn read(&self) -> Result<Event, &'static str> {
         let o = &self.object;
         match self.kind.as_str() {
-            CHECKOUT_COMPLETED => Ok(Event::Checkout(Checkout {
+            CHECKOUT_COMPLETED | CHECKOUT_ASYNC_SUCCEEDED => Ok(Event::Checkout(Checkout {
                 account_ref: text(o.get("client_reference_id")),
                 plan: text(o.pointer("/metadata/plan")),
                 customer: id_of(o.get("customer")),
+                paid: matches!(
+                    o.get("payment_status").and_then(Value::as_str),
+                    Some("paid" | "no_payment_required")
+                ),
             })),
+            CHECKOUT_ASYNC_FAILED => Ok(Event::PaymentFailed),
             INVOICE_PAID => {
                 let customer = id_of(o.get("customer")).ok_or("invoice without customer")?;
                 let line = o.pointer("/lines/data/0").ok_or("invoice without lines")?;
@@ -88,6 +100,8 @@ pub enum Event {
     Checkout(Checkout),
     InvoicePaid(InvoicePaid),
     SubscriptionDeleted(SubscriptionDeleted),
+    /// A checkout's delayed payment failed: nothing is activated.
+    PaymentFailed,
     Other,
 }
 
@@ -99,6 +113,9 @@ pub struct Checkout {
     /// `metadata.plan`: a catalogue plan name.
     pub plan: Option<String>,
     pub customer: Option<String>,
+    /// Whether `payment_status` says the session is paid (`paid` or
+    /// `no_payment_required`); an unpaid session activates nothing.
+    pub paid: bool,
 }
 
 /// A paid invoice: `[start, end)` of the plan its first line's price pays for.
@@ -174,6 +191,7 @@ mod tests {
                 account_ref: Some("42".into()),
                 plan: Some("pro".into()),
                 customer: Some("cus_A".into()),
+                paid: false,
             }))
         );
         let bare = envelope(CHECKOUT_COMPLETED, json!({"customer": null}));
@@ -182,9 +200,32 @@ mod tests {
             Ok(Event::Checkout(Checkout {
                 account_ref: None,
                 plan: None,
-                customer: None
+                customer: None,
+                paid: false,
             }))
         );
+    }
+
+    #[test]
+    fn only_a_paid_or_free_session_is_paid() {
+        let session = |kind, status: Value| {
+            let e = envelope(
+                kind,
+                json!({"client_reference_id": "42", "payment_status": status}),
+            );
+            match e.read() {
+                Ok(Event::Checkout(c)) => c.paid,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(session(CHECKOUT_COMPLETED, json!("paid")));
+        assert!(session(CHECKOUT_COMPLETED, json!("no_payment_required")));
+        assert!(!session(CHECKOUT_COMPLETED, json!("unpaid")));
+        assert!(!session(CHECKOUT_COMPLETED, json!(null)));
+        assert!(session(CHECKOUT_ASYNC_SUCCEEDED, json!("paid")));
+        let failed = envelope(CHECKOUT_ASYNC_FAILED, json!({"payment_status": "unpaid"}));
+        assert_eq!(failed.read(), Ok(Event::PaymentFailed));
+        assert_eq!(failed.type_label(), CHECKOUT_ASYNC_FAILED);
     }
 
     #[test]

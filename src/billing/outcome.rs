@@ -10,8 +10,11 @@ use serde::Serialize;
 pub enum Outcome {
     /// A subscription was activated.
     Activated,
-    /// An invoice of a customer not known yet, kept until its checkout arrives.
+    /// An invoice of a customer not known yet, kept until its checkout arrives; or a
+    /// checkout whose payment has not arrived yet (a delayed method).
     Pending,
+    /// A checkout's delayed payment failed; nothing was activated.
+    PaymentFailed,
     /// Subscriptions (or pending invoices) were ended early.
     Ended,
     /// A type this gateway does not act on.
@@ -31,6 +34,7 @@ impl Outcome {
         match self {
             Outcome::Activated => "activated",
             Outcome::Pending => "pending",
+            Outcome::PaymentFailed => "payment_failed",
             Outcome::Ended => "ended",
             Outcome::Ignored => "ignored",
             Outcome::Duplicate => "duplicate",
@@ -63,6 +67,7 @@ mod tests {
         for outcome in [
             Outcome::Activated,
             Outcome::Pending,
+            Outcome::PaymentFailed,
             Outcome::Ended,
             Outcome::Ignored,
             Outcome::Duplicate,

@@ -33,8 +33,8 @@ use crate::telemetry::RateLimitedLog;
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EventReceived {
     pub id: String,
-    /// `activated`, `pending`, `ended`, `ignored`, `duplicate`, `unknown_account`,
-    /// `unknown_customer`, `unknown_plan` or `malformed`.
+    /// `activated`, `pending`, `payment_failed`, `ended`, `ignored`, `duplicate`,
+    /// `unknown_account`, `unknown_customer`, `unknown_plan` or `malformed`.
     pub outcome: String,
 }
 
@@ -60,6 +60,9 @@ pub async fn stripe_webhook(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<EventReceived>), ApiError> {
+    if !is_json(&headers) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
     let body = body.map_err(|e| match e.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
         _ => ApiError::MalformedJson(e.body_text()),
@@ -107,6 +110,15 @@ pub async fn stripe_webhook(
     ))
 }
 
+/// Whether the request says its body is JSON (`application/json`, any parameters).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
 /// Processes one verified event in one transaction; settles standings after commit.
 #[tracing::instrument(skip_all, fields(event_id = %envelope.id, event_type = %envelope.kind))]
 async fn process(
@@ -141,6 +153,10 @@ async fn process(
             })
         }
         Ok(Event::Other) => Ok(Applied::default()),
+        Ok(Event::PaymentFailed) => Ok(Applied {
+            outcome: Outcome::PaymentFailed,
+            ..Applied::default()
+        }),
         Ok(Event::Checkout(checkout)) => billing.checkout(&mut tx, &checkout).await,
         Ok(Event::InvoicePaid(invoice)) => {
             billing.invoice_paid(&mut tx, &envelope.id, &invoice).await

@@ -109,3 +109,41 @@ async fn without_a_signing_secret_the_webhook_route_does_not_exist() {
         .await;
     assert_error(res, 404, "NOT_FOUND").await;
 }
+
+#[tokio::test]
+async fn a_body_over_16_kib_is_413_and_a_body_that_is_not_json_is_415() {
+    let app = billing_app().await;
+    let id = app.signup().await.account_id;
+    // A signed event padded past 16 KiB.
+    let mut event = checkout("evt_big", &id.to_string(), "pro", "cus_A");
+    event["data"]["object"]["metadata"]["padding"] = json!("x".repeat(20 * 1024));
+    let body = event.to_string();
+    let t = Utc::now().timestamp();
+    let signature = format!("t={t},v1={}", v1(SECRET, t, body.as_bytes()));
+    let res = app.post_stripe(body.as_bytes(), Some(signature)).await;
+    assert_error(res, 413, "PAYLOAD_TOO_LARGE").await;
+
+    let body = checkout("evt_text", &id.to_string(), "pro", "cus_A").to_string();
+    let signature = format!("t={t},v1={}", v1(SECRET, t, body.as_bytes()));
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        None,
+    ] {
+        let mut req = app.client.post(app.url("/billing/v1/stripe"));
+        if let Some(content_type) = content_type {
+            req = req.header("content-type", content_type);
+        }
+        let res = req
+            .header("stripe-signature", &signature)
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_error(res, 415, "UNSUPPORTED_MEDIA_TYPE").await;
+    }
+    assert!(
+        app.paid_subscriptions(id).await.is_empty(),
+        "nothing applied"
+    );
+}

@@ -41,6 +41,75 @@ async fn a_checkout_activates_a_month_of_its_plan_and_remembers_the_customer() {
     assert_eq!(mapped, id);
 }
 
+/// A checkout session event of `kind` whose `payment_status` is `status`.
+fn session_event(id: &str, kind: &str, account: i64, status: &str) -> serde_json::Value {
+    event(
+        id,
+        kind,
+        json!({"id": "cs_test_delayed", "object": "checkout.session", "mode": "payment",
+               "payment_status": status, "status": "complete",
+               "client_reference_id": account.to_string(), "customer": "cus_D",
+               "metadata": {"plan": "pro"}}),
+    )
+}
+
+#[tokio::test]
+async fn an_unpaid_checkout_activates_nothing_until_its_delayed_payment_succeeds() {
+    let app = billing_app().await;
+    let id = app.signup().await.account_id;
+    let completed = session_event("evt_c", "checkout.session.completed", id, "unpaid");
+    assert_eq!(app.send_event(&completed).await, "pending");
+    assert!(app.paid_subscriptions(id).await.is_empty());
+    assert_eq!(app.usage_of(id).await["plan"], json!("free"));
+
+    let paid = session_event(
+        "evt_s",
+        "checkout.session.async_payment_succeeded",
+        id,
+        "paid",
+    );
+    assert_eq!(app.send_event(&paid).await, "activated");
+    let subs = app.paid_subscriptions(id).await;
+    assert_eq!(subs.len(), 1);
+    assert_eq!(subs[0].stripe_customer.as_deref(), Some("cus_D"));
+    assert_eq!(app.usage_of(id).await["plan"], json!("pro"));
+}
+
+#[tokio::test]
+async fn a_failed_delayed_payment_activates_nothing() {
+    let app = billing_app().await;
+    let id = app.signup().await.account_id;
+    let completed = session_event("evt_c", "checkout.session.completed", id, "unpaid");
+    assert_eq!(app.send_event(&completed).await, "pending");
+    let failed = session_event(
+        "evt_f",
+        "checkout.session.async_payment_failed",
+        id,
+        "unpaid",
+    );
+    assert_eq!(app.send_event(&failed).await, "payment_failed");
+    assert!(app.paid_subscriptions(id).await.is_empty());
+    assert_eq!(app.usage_of(id).await["plan"], json!("free"));
+    assert_eq!(
+        app.recorded_outcome("evt_f").await.as_deref(),
+        Some("payment_failed")
+    );
+}
+
+#[tokio::test]
+async fn a_session_that_needs_no_payment_activates_at_once() {
+    let app = billing_app().await;
+    let id = app.signup().await.account_id;
+    let free = session_event(
+        "evt_n",
+        "checkout.session.completed",
+        id,
+        "no_payment_required",
+    );
+    assert_eq!(app.send_event(&free).await, "activated");
+    assert_eq!(app.paid_subscriptions(id).await.len(), 1);
+}
+
 #[tokio::test]
 async fn a_redelivered_event_answers_200_and_changes_nothing() {
     let app = billing_app().await;
