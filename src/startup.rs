@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 use crate::accounting::transport::{Pipeline, Role};
 use crate::accounting::{self, Accountant, UsagePublisher};
 use crate::auth::account_limits::AccountLimits;
+use crate::auth::attempts::Attempts;
 use crate::auth::key_cache::KeyCache;
-use crate::auth::limits::FailureLimiter;
 use crate::auth::password::Passwords;
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
 use crate::config::{Config, MarkerStoreKind, UsageTransport};
@@ -167,9 +167,9 @@ impl Gateway {
             stop_background.clone(),
         )));
 
-        let limits = Arc::new(AccountLimits::new(&config.account));
+        let limits = AccountLimits::new(Attempts::new(db.clone()), &config);
         background.push(tokio::spawn(housekeep_limits(
-            Arc::clone(&limits),
+            limits.clone(),
             stop_background.clone(),
         )));
 
@@ -188,11 +188,8 @@ impl Gateway {
             free_monthly_calls: config.usage.free_monthly_calls,
             metering: config.usage_check.enabled,
         };
-        let console_limits =
-            FailureLimiter::per_hour("console", config.account.login_failures_per_hour);
         let state = AppState::new(
             Shared {
-                console_limits,
                 past_days: Default::default(),
                 quota,
                 key_limits,
@@ -416,15 +413,17 @@ async fn purge_expired_sessions(db: PgPool, stop: CancellationToken) {
     }
 }
 
-/// Drops abuse-limit keys back at a fresh state every minute, so the limits' memory
-/// follows recent traffic.
-async fn housekeep_limits(limits: Arc<AccountLimits>, stop: CancellationToken) {
+/// Deletes abuse-limit cells back at a fresh state every minute, so the table holds
+/// only the last hour's subjects. Every replica runs it; the deletes are idempotent.
+async fn housekeep_limits(limits: AccountLimits, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(60)) => {}
         }
-        limits.housekeep();
+        if let Err(e) = limits.housekeep(chrono::Utc::now()).await {
+            tracing::warn!(error = %e, "abuse-limit housekeeping failed; retried in a minute");
+        }
     }
 }
 

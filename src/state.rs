@@ -4,7 +4,6 @@
 //! router, so handlers depend on it and never on the code that wires them
 //! ([`crate::startup`]).
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::FromRef;
@@ -13,7 +12,6 @@ use sqlx::PgPool;
 use crate::accounting::UsagePublisher;
 use crate::auth::account_limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
-use crate::auth::limits::FailureLimiter;
 use crate::auth::password::Passwords;
 use crate::auth::{AuthParts, AuthState};
 use crate::config::Config;
@@ -55,10 +53,8 @@ pub struct Shared {
     pub keys: KeyCache,
     /// The bounded gate of password hashing on this replica.
     pub passwords: Passwords,
-    /// Signup, login-failure and redemption-failure limits of this replica.
-    pub limits: Arc<AccountLimits>,
-    /// Failed console sign-ins of this replica, per client address.
-    pub console_limits: FailureLimiter<IpAddr>,
+    /// Signup, login, redemption and admin-token limits, kept fleet-wide.
+    pub limits: AccountLimits,
     /// The console overview's calls per day of the days before today.
     pub past_days: PastDays,
 }
@@ -71,6 +67,7 @@ impl AppState {
             db: shared.db.clone(),
             keys: shared.keys.clone(),
             config: shared.config.clone(),
+            limits: shared.limits.clone(),
         });
         let proxy = ProxyState::new(ProxyParts {
             config: shared.config.clone(),

@@ -1,10 +1,12 @@
 //! The client address a request's abuse limits count under.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::IpAddr;
 
-use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 
+use crate::auth::AuthState;
+use crate::auth::admin::client_address;
 use crate::state::AppState;
 
 /// The address a request's limits count under: its TCP peer, or behind
@@ -20,14 +22,6 @@ impl FromRequestParts<AppState> for ClientIp {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |peer| peer.0.ip());
-        Ok(ClientIp(crate::client_ip::client_ip(
-            peer,
-            &parts.headers,
-            &state.config.server.trusted_proxies,
-        )))
+        Ok(ClientIp(client_address(parts, &AuthState::from_ref(state))))
     }
 }

@@ -69,11 +69,14 @@ pub async fn redeem(
     JsonBody(req): JsonBody<RedeemRequest>,
 ) -> Result<(StatusCode, Json<SubscriptionCreated>), ApiError> {
     let account_id = session.account_id;
-    state.limits.redeem_allowed(account_id, ip)?;
-    let result = redeem_code(&state, account_id, req.code.trim(), Utc::now()).await;
+    let now = Utc::now();
+    let attempt = state.limits.redeem(account_id, ip, now).await?;
+    let result = redeem_code(&state, account_id, req.code.trim(), now).await;
     if let Err(ApiError::CodeNotFound | ApiError::CodeUsed | ApiError::CodeExpired) = &result {
-        state.limits.redeem_failed(account_id, ip);
+        state.limits.failed(attempt, now).await?;
         tracing::info!(account_id, "redemption refused");
+    } else {
+        state.limits.succeeded(attempt, now).await?;
     }
     result.map(|created| (StatusCode::CREATED, Json(created)))
 }

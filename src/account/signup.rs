@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 
 use super::client::ClientIp;
 use super::keys::insert_key;
+use crate::auth::account_limits::EMAIL_SLOWDOWN;
 use crate::auth::session;
 use crate::auth::token::{API_KEY_PREFIX, PlainToken};
 use crate::error::{ApiError, ErrorBody, JsonBody};
@@ -167,10 +168,10 @@ pub async fn signup(
     let email = normalize_email(&req.email)?;
     check_password(&req.password)?;
     // Counted before the costly hash; invalid requests cost nothing and are not counted.
-    state.limits.signup(ip)?;
+    let now = Utc::now();
+    state.limits.signup(ip, now).await?;
     let password_hash = state.passwords.hash(req.password).await?;
     let key = PlainToken::generate(API_KEY_PREFIX);
-    let now = Utc::now();
 
     let mut tx = state.db.begin().await?;
     let account_id: i64 = sqlx::query_scalar(
@@ -230,19 +231,54 @@ pub async fn login(
     JsonBody(req): JsonBody<LoginRequest>,
 ) -> Result<Json<LoginResponse>, ApiError> {
     let email = req.email.trim().to_lowercase();
-    // Past the failure limit nothing is verified, not even the right password.
-    state.limits.login_allowed(&email, ip)?;
+    let now = Utc::now();
+    // Counted before anything is verified: past the failure limit of this address (or of
+    // this email from it) nothing is, not even the right password.
+    let attempt = state.limits.login(&email, ip, now).await?;
+    if attempt.slowed {
+        tokio::time::sleep(EMAIL_SLOWDOWN).await;
+    }
+    let account_id = match verify_login(&state, &email, req).await {
+        Ok(Some(account_id)) => {
+            state.limits.succeeded(attempt, now).await?;
+            account_id
+        }
+        Ok(None) => {
+            state.limits.failed(attempt, now).await?;
+            tracing::info!("login refused");
+            return Err(ApiError::InvalidCredentials);
+        }
+        // Not a failed guess (the database or the hashing queue): nothing stays counted.
+        Err(e) => {
+            state.limits.succeeded(attempt, now).await?;
+            return Err(e);
+        }
+    };
+
+    let ttl = i64::try_from(state.config.account.session_ttl_seconds).unwrap_or(i64::MAX);
+    let (token, expires_at) = session::create(&state.db, account_id, ttl, now).await?;
+    Ok(Json(LoginResponse {
+        token: token.reveal(),
+        expires_at,
+    }))
+}
+
+/// The account whose email and password these are, if any.
+async fn verify_login(
+    state: &AppState,
+    email: &str,
+    req: LoginRequest,
+) -> Result<Option<i64>, ApiError> {
     // No stored account can match these; answer without asking the database.
     if req.password.chars().count() > MAX_PASSWORD_CHARS
         || req.email.chars().count() > MAX_EMAIL_CHARS
         || req.email.contains('\0')
     {
-        state.limits.login_failed(&email, ip);
-        return Err(ApiError::InvalidCredentials);
+        return Ok(None);
     }
     let row: Option<(i64, String)> =
         sqlx::query_as("SELECT id, password_hash FROM account WHERE lower(email) = $1")
-            .bind(&email)
+            .bind(email)
             .fetch_optional(&state.db)
             .await?;
     let (account_id, phc) = match row {
@@ -250,18 +286,7 @@ pub async fn login(
         None => (None, None),
     };
     let matches = state.passwords.verify(req.password, phc).await?;
-    let Some(account_id) = account_id.filter(|_| matches) else {
-        state.limits.login_failed(&email, ip);
-        tracing::info!("login refused");
-        return Err(ApiError::InvalidCredentials);
-    };
-
-    let ttl = i64::try_from(state.config.account.session_ttl_seconds).unwrap_or(i64::MAX);
-    let (token, expires_at) = session::create(&state.db, account_id, ttl, Utc::now()).await?;
-    Ok(Json(LoginResponse {
-        token: token.reveal(),
-        expires_at,
-    }))
+    Ok(account_id.filter(|_| matches))
 }
 
 #[cfg(test)]

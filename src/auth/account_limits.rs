@@ -1,160 +1,174 @@
-//! Abuse limits of the account API (SPEC §2 `account.*`, §11), kept per replica in memory.
+//! Abuse limits of the account, admin and console sign-in paths (SPEC §2 `account.*`,
+//! §11, §21), held fleet-wide in PostgreSQL through [`Attempts`].
 //!
-//! Signups count per client address; failed logins per email and per client address;
-//! failed redemptions per account and per client address, at the login-failure rate. The
-//! counting itself ([`KeyedLimit`], [`FailureLimiter`]) lives in `auth::limits`. A login
-//! is checked *before* its password is verified: a guesser past the limit gets no answer
-//! about the password, and costs no hash. Emails are kept as a keyed 64-bit hash, never
-//! in clear.
+//! - Signups count per client address (`account.signups_per_ip_per_hour`).
+//! - A login is counted *before* its password is verified, per client address and per
+//!   (email, address) pair, and given back when it succeeds: only failures stay counted,
+//!   a guesser past either limit gets no answer about the password and costs no hash, and
+//!   the bound holds however many replicas or concurrent requests share it. Failures
+//!   are also counted per email alone, but that count only slows the email's sign-in
+//!   ([`EMAIL_SLOWDOWN`]): it never refuses the right password from an address that has
+//!   not failed, so nobody can lock a customer out by guessing at their email.
+//! - Redemptions follow the login rule per account and per address.
+//! - Failed admin-token authentications (admin API and console sign-in) count per client
+//!   address (`admin.failures_per_hour`); past it even the right token is refused.
+//!
+//! Client addresses count IPv6 by its /64; emails are kept as a hash, never in clear.
 
-use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
+use std::time::Duration;
 
-use governor::clock::{Clock, DefaultClock};
+use chrono::{DateTime, Utc};
 
-use super::limits::{FailureLimiter, KeyedLimit, client_key, refused};
-use crate::config::AccountConfig;
+use super::attempts::{self, Attempts, Cell, Limit};
+use super::limits::refused;
+use crate::config::Config;
 use crate::error::ApiError;
 
-/// The limits of one replica. Generic over the clock so tests can move time.
-pub struct AccountLimits<C: Clock = DefaultClock> {
-    signups: KeyedLimit<IpAddr, C>,
-    logins: FailureLimiter<u64, C>,
-    redemptions: FailureLimiter<i64, C>,
-    emails: RandomState,
+/// How long a sign-in of an email that failed past its limit (from whatever addresses)
+/// is held before its password is checked.
+pub const EMAIL_SLOWDOWN: Duration = Duration::from_secs(1);
+
+/// The fleet's abuse limits.
+#[derive(Clone)]
+pub struct AccountLimits {
+    attempts: Attempts,
+    signups: Limit,
+    failures: Limit,
+    admin_failures: Limit,
+}
+
+/// A login or redemption counted before it is tried: settle it with
+/// [`AccountLimits::succeeded`] or [`AccountLimits::failed`].
+#[derive(Debug)]
+pub struct Attempt {
+    taken: Vec<Cell>,
+    /// Counted on failure only: it slows, never refuses.
+    slows: Option<Cell>,
+    /// Whether the subject's sign-in is to be slowed.
+    pub slowed: bool,
 }
 
 impl AccountLimits {
-    pub fn new(config: &AccountConfig) -> Self {
-        Self::with_clock(config, DefaultClock::default())
-    }
-}
-
-impl<C: Clock + Clone> AccountLimits<C> {
-    pub fn with_clock(config: &AccountConfig, clock: C) -> Self {
-        let failures = config.login_failures_per_hour;
+    pub fn new(attempts: Attempts, config: &Config) -> Self {
         Self {
-            signups: KeyedLimit::per_hour(config.signups_per_ip_per_hour, clock.clone()),
-            logins: FailureLimiter::with_clock("login", failures, clock.clone()),
-            redemptions: FailureLimiter::with_clock("redeem", failures, clock),
-            emails: RandomState::new(),
+            attempts,
+            signups: Limit::per_hour(config.account.signups_per_ip_per_hour),
+            failures: Limit::per_hour(config.account.login_failures_per_hour),
+            admin_failures: Limit::per_hour(config.admin.failures_per_hour),
         }
     }
 
     /// Counts a signup from `ip`; refused past `account.signups_per_ip_per_hour`.
-    pub fn signup(&self, ip: IpAddr) -> Result<(), ApiError> {
-        self.signups
-            .check(&client_key(ip))
+    pub async fn signup(&self, ip: IpAddr, now: DateTime<Utc>) -> Result<(), ApiError> {
+        let cell = Cell::new(format!("signup:ip:{}", attempts::address(ip)), self.signups);
+        self.attempts
+            .take(&[cell], now)
+            .await?
             .map_err(|wait| refused("signup", wait))
     }
 
-    /// Whether a login of `email` from `ip` may be tried; counts nothing.
-    pub fn login_allowed(&self, email: &str, ip: IpAddr) -> Result<(), ApiError> {
-        self.logins.allowed(&self.email_key(email), ip)
+    /// Counts a login of `email` from `ip` before it is tried; refused past the failure
+    /// limit of the address or of the pair.
+    pub async fn login(
+        &self,
+        email: &str,
+        ip: IpAddr,
+        now: DateTime<Utc>,
+    ) -> Result<Attempt, ApiError> {
+        let address = attempts::address(ip);
+        let email = attempts::email(email);
+        let taken = vec![
+            Cell::new(format!("login:ip:{address}"), self.failures),
+            Cell::new(format!("login:pair:{email}:{address}"), self.failures),
+        ];
+        let slows = Cell::new(format!("login:email:{email}"), self.failures);
+        self.begin("login", taken, Some(slows), now).await
     }
 
-    /// Counts a failed login of `email` from `ip`.
-    pub fn login_failed(&self, email: &str, ip: IpAddr) {
-        self.logins.failed(&self.email_key(email), ip);
+    /// Counts a redemption of `account_id` from `ip` before it is tried.
+    pub async fn redeem(
+        &self,
+        account_id: i64,
+        ip: IpAddr,
+        now: DateTime<Utc>,
+    ) -> Result<Attempt, ApiError> {
+        let taken = vec![
+            Cell::new(
+                format!("redeem:ip:{}", attempts::address(ip)),
+                self.failures,
+            ),
+            Cell::new(format!("redeem:account:{account_id}"), self.failures),
+        ];
+        self.begin("redeem", taken, None, now).await
     }
 
-    /// Whether `account_id` may try a redemption code from `ip`; counts nothing.
-    pub fn redeem_allowed(&self, account_id: i64, ip: IpAddr) -> Result<(), ApiError> {
-        self.redemptions.allowed(&account_id, ip)
+    async fn begin(
+        &self,
+        kind: &'static str,
+        taken: Vec<Cell>,
+        slows: Option<Cell>,
+        now: DateTime<Utc>,
+    ) -> Result<Attempt, ApiError> {
+        if let Err(wait) = self.attempts.take(&taken, now).await? {
+            return Err(refused(kind, wait));
+        }
+        let slowed = match &slows {
+            Some(cell) => !self
+                .attempts
+                .wait(std::slice::from_ref(cell), now)
+                .await?
+                .is_zero(),
+            None => false,
+        };
+        Ok(Attempt {
+            taken,
+            slows,
+            slowed,
+        })
     }
 
-    /// Counts a failed redemption (unknown, used or expired code).
-    pub fn redeem_failed(&self, account_id: i64, ip: IpAddr) {
-        self.redemptions.failed(&account_id, ip);
+    /// The attempt succeeded: what it counted is given back.
+    pub async fn succeeded(&self, attempt: Attempt, now: DateTime<Utc>) -> Result<(), ApiError> {
+        self.attempts.refund(&attempt.taken, now).await?;
+        Ok(())
     }
 
-    /// Drops the keys whose state is back at fresh.
-    pub fn housekeep(&self) {
-        self.signups.housekeep();
-        self.logins.housekeep();
-        self.redemptions.housekeep();
+    /// The attempt failed: it stays counted, and counts toward its subject's slowdown.
+    pub async fn failed(&self, attempt: Attempt, now: DateTime<Utc>) -> Result<(), ApiError> {
+        if let Some(cell) = attempt.slows {
+            self.attempts.count(&[cell], now).await?;
+        }
+        Ok(())
     }
 
-    fn email_key(&self, email: &str) -> u64 {
-        self.emails.hash_one(email)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::net::Ipv4Addr;
-    use std::time::Duration;
-
-    use governor::clock::FakeRelativeClock;
-
-    use super::*;
-
-    fn limits(clock: &FakeRelativeClock) -> AccountLimits<FakeRelativeClock> {
-        AccountLimits::with_clock(&AccountConfig::default(), clock.clone())
-    }
-
-    fn retry_after(result: Result<(), ApiError>) -> u64 {
-        match result {
-            Err(ApiError::TooManyRequests { retry_after_secs }) => retry_after_secs,
-            other => panic!("expected 429, got {other:?}"),
+    /// Whether `ip` may try the admin token now; counts nothing.
+    pub async fn admin_allowed(&self, ip: IpAddr, now: DateTime<Utc>) -> Result<(), ApiError> {
+        let wait = self.attempts.wait(&[self.admin_cell(ip)], now).await?;
+        match wait.is_zero() {
+            true => Ok(()),
+            false => Err(refused("admin", wait)),
         }
     }
 
-    const HOME: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
-    const AWAY: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2));
-
-    #[test]
-    fn the_twentieth_signup_passes_and_the_21st_waits_three_minutes() {
-        let clock = FakeRelativeClock::default();
-        let limits = limits(&clock);
-        for _ in 0..20 {
-            limits.signup(HOME).unwrap();
-        }
-        assert_eq!(retry_after(limits.signup(HOME)), 180);
-        limits.signup(AWAY).unwrap();
-        clock.advance(Duration::from_secs(179));
-        assert_eq!(retry_after(limits.signup(HOME)), 1);
-        clock.advance(Duration::from_secs(1));
-        limits.signup(HOME).unwrap();
-        assert!(limits.signup(HOME).is_err());
+    /// Counts a failed admin-token authentication from `ip`; past the limit the answer is
+    /// `429` instead of `401`.
+    pub async fn admin_failed(&self, ip: IpAddr, now: DateTime<Utc>) -> Result<(), ApiError> {
+        self.attempts
+            .take(&[self.admin_cell(ip)], now)
+            .await?
+            .map_err(|wait| refused("admin", wait))
     }
 
-    #[test]
-    fn peeking_counts_nothing_and_ten_failures_close_the_door() {
-        let clock = FakeRelativeClock::default();
-        let limits = limits(&clock);
-        for _ in 0..100 {
-            limits.login_allowed("ann@example.com", HOME).unwrap();
-        }
-        for _ in 0..9 {
-            limits.login_failed("ann@example.com", HOME);
-        }
-        limits.login_allowed("ann@example.com", HOME).unwrap();
-        limits.login_failed("ann@example.com", HOME);
-        // Ten an hour: the next failure fits six minutes on.
-        assert_eq!(
-            retry_after(limits.login_allowed("ann@example.com", AWAY)),
-            360
-        );
-        assert_eq!(
-            retry_after(limits.login_allowed("bob@example.com", HOME)),
-            360
-        );
-        limits.login_allowed("bob@example.com", AWAY).unwrap();
-        clock.advance(Duration::from_secs(360));
-        limits.login_allowed("ann@example.com", HOME).unwrap();
+    /// Deletes the cells back at fresh.
+    pub async fn housekeep(&self, now: DateTime<Utc>) -> Result<u64, sqlx::Error> {
+        self.attempts.housekeep(now).await
     }
 
-    #[test]
-    fn redemption_failures_count_apart_from_login_failures() {
-        let clock = FakeRelativeClock::default();
-        let limits = limits(&clock);
-        for _ in 0..10 {
-            limits.redeem_failed(7, HOME);
-        }
-        assert_eq!(retry_after(limits.redeem_allowed(7, AWAY)), 360);
-        assert_eq!(retry_after(limits.redeem_allowed(8, HOME)), 360);
-        limits.redeem_allowed(8, AWAY).unwrap();
-        limits.login_allowed("ann@example.com", HOME).unwrap();
+    fn admin_cell(&self, ip: IpAddr) -> Cell {
+        Cell::new(
+            format!("admin:ip:{}", attempts::address(ip)),
+            self.admin_failures,
+        )
     }
 }

@@ -1,7 +1,13 @@
-//! Who may use the admin API: the holder of `admin.token`.
+//! Who may use the admin API: the holder of `admin.token`. Failed authentications count
+//! per client address, fleet-wide (`admin.failures_per_hour`, SPEC §21): past the limit
+//! every request from that address is `429`, even with the right token, so the token
+//! cannot be guessed at any speed.
 
-use axum::extract::{FromRef, FromRequestParts};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use axum::extract::{ConnectInfo, FromRef, FromRequestParts};
 use axum::http::request::Parts;
+use chrono::Utc;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
@@ -33,12 +39,27 @@ where
         let Some(expected) = &state.config.admin.token else {
             return Err(ApiError::NotFound);
         };
+        let ip = client_address(parts, &state);
+        let now = Utc::now();
         if bearer(&parts.headers).is_some_and(|given| admin_token_matches(expected, given)) {
+            state.limits.admin_allowed(ip, now).await?;
             return Ok(AdminPrincipal);
         }
         if let Some(suppressed) = refused(Refusal::AdminToken) {
             tracing::warn!(suppressed, "admin token missing or wrong: request refused");
         }
+        state.limits.admin_failed(ip, now).await?;
         Err(ApiError::Unauthorized)
     }
+}
+
+/// The address a request's limits count under: its TCP peer, or behind
+/// `server.trusted_proxies` the client they forwarded for (`0.0.0.0` when no peer is
+/// known).
+pub fn client_address(parts: &Parts, state: &AuthState) -> IpAddr {
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |peer| peer.0.ip());
+    crate::client_ip::client_ip(peer, &parts.headers, &state.config.server.trusted_proxies)
 }

@@ -4,13 +4,14 @@
 //! [`AuthState`] (axum `FromRef`): what authentication reads, and nothing of the routers'
 //! state. Handlers name the principal they need and never see a credential. Token format and hashing live in
 //! [`token`], password hashing in [`password`], the per-replica key cache in
-//! [`key_cache`], failed-attempt limits in [`limits`] (the account API's in
-//! [`account_limits`]); refusals of unauthenticated
+//! [`key_cache`], the fleet's attempt limits in [`attempts`] (the account, admin and
+//! console sign-in rules in [`account_limits`]); refusals of unauthenticated
 //! requests are counted and sparingly logged by [`refusal`].
 
 pub mod account_limits;
 pub mod admin;
 pub mod api_key;
+pub mod attempts;
 pub mod key_cache;
 pub mod limits;
 pub mod password;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use super::account_limits::AccountLimits;
 use super::key_cache::KeyCache;
 use crate::config::Config;
 
@@ -18,6 +19,8 @@ pub struct AuthParts {
     pub db: PgPool,
     pub keys: KeyCache,
     pub config: Arc<Config>,
+    /// The fleet's abuse limits (failed admin-token authentications).
+    pub limits: AccountLimits,
 }
 
 impl AuthState {

@@ -129,10 +129,23 @@ impl Default for UpstreamConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
     pub token: Option<SecretString>,
+    /// Failed admin-token authentications (admin API and console sign-in) per client
+    /// address and hour, fleet-wide; past it even the right token is refused (SPEC §21).
+    #[serde(deserialize_with = "lenient")]
+    pub failures_per_hour: u32,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            token: None,
+            failures_per_hour: 10,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -141,11 +154,12 @@ pub struct AccountConfig {
     /// Lifetime of a login session token.
     #[serde(deserialize_with = "lenient")]
     pub session_ttl_seconds: u64,
-    /// Signups one client address may make per hour on this replica.
+    /// Signups one client address may make per hour, fleet-wide.
     #[serde(deserialize_with = "lenient")]
     pub signups_per_ip_per_hour: u32,
-    /// Failed logins per hour on this replica, per email and per client address; past
-    /// it every login of that email or from that address is refused.
+    /// Failed logins per hour, fleet-wide, per client address and per (email, address);
+    /// past it every login from that address (or of that email from it) is refused.
+    /// Failures of one email from many addresses only slow its sign-in.
     #[serde(deserialize_with = "lenient")]
     pub login_failures_per_hour: u32,
     /// Unrevoked API keys one account may hold.

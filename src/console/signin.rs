@@ -1,10 +1,10 @@
 //! Signing in with the admin token, and signing out.
 //!
-//! Failed sign-ins are counted by the failed-attempt limiter ([`FailureLimiter`],
-//! `account.login_failures_per_hour`) per client address: past the limit, sign-in is
-//! refused with `429` and `Retry-After` even with the right token. The count is per
-//! address only, so that nobody can lock every operator out by failing on purpose; the
-//! token itself is a long random secret.
+//! Failed sign-ins count with the admin API's failed bearer tokens, per client address and
+//! fleet-wide (`admin.failures_per_hour`): past the limit, sign-in is refused with `429`
+//! and `Retry-After` even with the right token. The count is per address only, so that
+//! nobody can lock every operator out by failing on purpose; the token itself is a long
+//! random secret.
 
 use axum::Form;
 use axum::extract::State;
@@ -23,7 +23,6 @@ use super::session::{
 };
 use crate::account::client::ClientIp;
 use crate::auth::admin::admin_token_matches;
-use crate::auth::limits::client_key;
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -86,14 +85,13 @@ pub async fn sign_in(
     let Some(expected) = &state.config.admin.token else {
         return Err(Problem::not_found());
     };
-    // Failures count per address only: a global count would let anyone lock every
-    // operator out.
-    let limits = &state.console_limits;
-    let subject = client_key(ip);
-    limits.allowed(&subject, ip)?;
+    // Failures count per address only, shared with the admin API's bearer token: a
+    // global count would let anyone lock every operator out.
+    let now = Utc::now();
+    state.limits.admin_allowed(ip, now).await?;
     let given = form_data.token.unwrap_or_default();
     if !admin_token_matches(expected, given.trim()) {
-        limits.failed(&subject, ip);
+        state.limits.admin_failed(ip, now).await?;
         tracing::warn!("console sign-in with a wrong admin token");
         return Ok(form(
             &state,
@@ -101,7 +99,7 @@ pub async fn sign_in(
             Some("That is not the admin token."),
         ));
     }
-    let token = open(&state.db, Utc::now()).await?;
+    let token = open(&state.db, now).await?;
     tracing::info!("console session opened");
     let secure = secure(&state);
     let mut response = Redirect::to("/console/").into_response();

@@ -36,6 +36,53 @@ async fn the_admin_api_needs_its_token_and_vanishes_without_one() {
     assert_error(res, 404, "NOT_FOUND").await;
 }
 
+/// `GET /admin/v1/accounts` from `client` with `token`.
+async fn list_accounts(app: &TestApp, client: &reqwest::Client, token: &str) -> reqwest::Response {
+    client
+        .get(app.url("/admin/v1/accounts"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn ten_wrong_admin_tokens_from_an_address_shut_it_out_across_the_fleet() {
+    let app = spawn_app().await;
+    let config = app.state.config.as_ref().clone();
+    let replica = spawn_replica(app.db.clone(), app.upstream.clone(), config).await;
+    let guesser = super::limits::client_from("127.0.0.2");
+    for i in 0..10 {
+        let target = if i % 2 == 0 { &app } else { &replica };
+        let res = list_accounts(target, &guesser, &format!("guess-{i}")).await;
+        assert_error(res, 401, "UNAUTHORIZED").await;
+    }
+    for target in [&app, &replica] {
+        let res = list_accounts(target, &guesser, "guess-11").await;
+        let retry_after = super::limits::expect_too_many(res).await;
+        assert!(retry_after <= 360, "{retry_after}");
+        // Even the right token is refused from there: a guess past the limit learns nothing.
+        let res = list_accounts(target, &guesser, ADMIN_TOKEN).await;
+        super::limits::expect_too_many(res).await;
+    }
+    // The operator's own address is unaffected.
+    let operator = super::limits::client_from("127.0.0.3");
+    assert_eq!(
+        list_accounts(&app, &operator, ADMIN_TOKEN).await.status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn the_admin_failure_limit_follows_its_setting() {
+    let app = spawn_app_with(|c| c.admin.failures_per_hour = 2).await;
+    let guesser = super::limits::client_from("127.0.0.2");
+    for _ in 0..2 {
+        assert_eq!(list_accounts(&app, &guesser, "wrong").await.status(), 401);
+    }
+    super::limits::expect_too_many(list_accounts(&app, &guesser, "wrong").await).await;
+}
+
 #[tokio::test]
 async fn ids_that_are_not_numbers_name_nothing() {
     let app = spawn_app().await;

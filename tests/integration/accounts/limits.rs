@@ -86,21 +86,73 @@ async fn the_21st_signup_from_one_address_within_the_hour_is_429_with_retry_afte
 }
 
 #[tokio::test]
-async fn after_ten_failed_logins_for_an_email_even_the_right_password_is_429() {
+async fn failed_logins_from_other_addresses_slow_the_owner_but_never_lock_them_out() {
     let app = spawn_app().await;
     let victim = app.signup().await;
-    let attacker = client_from("127.0.0.2");
-    for _ in 0..10 {
-        let res = login_from(&app, &attacker, &victim.email, "wrong password").await;
-        assert_eq!(res.status(), 401);
+    for attacker in ["127.0.0.2", "127.0.0.4"] {
+        let attacker = client_from(attacker);
+        for _ in 0..10 {
+            let res = login_from(&app, &attacker, &victim.email, "wrong password").await;
+            assert_eq!(res.status(), 401);
+        }
+        // The attacker's own address is spent, even with the right password.
+        expect_too_many(login_from(&app, &attacker, &victim.email, &victim.password).await).await;
     }
-    // From another address, with the right password: the email's limit is spent.
+    // From an address that has not failed, the right password still signs in, after a
+    // delay: the email has failed past its limit.
     let owner = client_from("127.0.0.3");
-    expect_too_many(login_from(&app, &owner, &victim.email, &victim.password).await).await;
-    // Another account from that other address is not affected.
-    let other = app.signup().await;
-    let res = login_from(&app, &owner, &other.email, &other.password).await;
+    let started = std::time::Instant::now();
+    let res = login_from(&app, &owner, &victim.email, &victim.password).await;
     assert_eq!(res.status(), 200);
+    assert!(
+        started.elapsed() >= tollgate::auth::account_limits::EMAIL_SLOWDOWN,
+        "the sign-in is slowed"
+    );
+    // A wrong password from there is 401, not 429.
+    let res = login_from(&app, &owner, &victim.email, "wrong password").await;
+    assert_eq!(res.status(), 401);
+}
+
+#[tokio::test]
+async fn failed_logins_count_across_the_fleet() {
+    let first = spawn_app().await;
+    let mut replicas = vec![];
+    for _ in 0..2 {
+        let config = first.state.config.as_ref().clone();
+        replicas.push(spawn_replica(first.db.clone(), first.upstream.clone(), config).await);
+    }
+    let customer = first.signup().await;
+    let guesser = client_from("127.0.0.2");
+    // Ten failures spread over three replicas spend the address's ten an hour.
+    for i in 0..10 {
+        let app = [&first, &replicas[0], &replicas[1]][i % 3];
+        let res = login_from(app, &guesser, &customer.email, "wrong password").await;
+        assert_eq!(res.status(), 401, "failure {i}");
+    }
+    for app in [&first, &replicas[0], &replicas[1]] {
+        expect_too_many(login_from(app, &guesser, &customer.email, &customer.password).await).await;
+    }
+}
+
+#[tokio::test]
+async fn signups_count_across_the_fleet() {
+    let first = spawn_app_with(|c| c.account.signups_per_ip_per_hour = 6).await;
+    let config = first.state.config.as_ref().clone();
+    let second = spawn_replica(first.db.clone(), first.upstream.clone(), config.clone()).await;
+    let third = spawn_replica(first.db.clone(), first.upstream.clone(), config).await;
+    let apps = [&first, &second, &third];
+    for i in 0..6 {
+        apps[i % 3].signup().await;
+    }
+    for app in apps {
+        let res = app
+            .post_json(
+                "/account/v1/signup",
+                &json!({"email": "one-more@example.com", "password": "long enough"}),
+            )
+            .await;
+        expect_too_many(res).await;
+    }
 }
 
 #[tokio::test]
