@@ -15,7 +15,7 @@ use std::panic::AssertUnwindSafe;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRef, Request, State};
-use axum::http::header::CONTENT_LENGTH;
+use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
@@ -41,11 +41,11 @@ pub fn router(state: AppState) -> Router {
             get(move |state| ops::readyz(state, schema.clone())),
         )
         .route("/openapi.json", get(openapi::serve))
-        .merge(crate::account::router().layer(json_limit()))
+        .merge(json_api(crate::account::router()))
         .merge(crate::portal::router());
     if state.config.admin.token.is_some() {
         routes = routes
-            .merge(crate::admin::router().layer(json_limit()))
+            .merge(json_api(crate::admin::router()))
             .merge(crate::console::router());
     }
     if state.config.billing.stripe_webhook_secret.is_some() {
@@ -128,10 +128,22 @@ async fn proxied_call(proxy: ProxyState, request: Request) -> Response {
         .unwrap_or_else(panicked)
 }
 
-/// The body limit of the JSON APIs (account and admin); the portal, console and payment
-/// webhook routers bound their own bodies.
-fn json_limit() -> DefaultBodyLimit {
-    DefaultBodyLimit::max(limits::MAX_BODY_BYTES)
+/// A JSON API's router (account or admin) under its body limit, every answer marked
+/// `Cache-Control: no-store`: they carry secrets (keys, session tokens, codes) or a
+/// customer's figures, which no shared or browser cache may keep. The portal, console and
+/// payment webhook routers bound their own bodies and set their own headers.
+fn json_api(router: Router<AppState>) -> Router<AppState> {
+    router
+        .layer(DefaultBodyLimit::max(limits::MAX_BODY_BYTES))
+        .layer(middleware::map_response(no_store))
+}
+
+async fn no_store(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .entry(CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
 }
 
 /// Anything not routed: the proxy for its prefixes, else 404.

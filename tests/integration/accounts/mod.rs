@@ -2,6 +2,7 @@
 //! the operational endpoints.
 
 mod admin;
+mod caching;
 mod edges;
 mod keys;
 mod limits;
