@@ -38,9 +38,9 @@ pub enum ApiError {
     Throttled,
     #[error("quota exceeded")]
     QuotaExceeded { retry_after: i64 },
-    /// The calling key's monthly limit is used up (SPEC §13).
+    /// The calling key's monthly limit (`limit` units) is used up (SPEC §13).
     #[error("key quota exceeded")]
-    KeyQuotaExceeded { retry_after: i64 },
+    KeyQuotaExceeded { retry_after: i64, limit: i64 },
     /// An abuse limit of the account API (SPEC §2 `account.*`); retry after that many seconds.
     #[error("too many requests; retry after {retry_after_secs} s")]
     TooManyRequests { retry_after_secs: u64 },
@@ -137,7 +137,7 @@ impl ApiError {
         match self {
             ApiError::Throttled => Some(1),
             ApiError::QuotaExceeded { retry_after }
-            | ApiError::KeyQuotaExceeded { retry_after } => Some((*retry_after).max(1) as u64),
+            | ApiError::KeyQuotaExceeded { retry_after, .. } => Some((*retry_after).max(1) as u64),
             ApiError::TooManyRequests { retry_after_secs } => Some((*retry_after_secs).max(1)),
             ApiError::Overloaded => Some(1),
             _ => None,

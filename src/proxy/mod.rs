@@ -43,12 +43,18 @@ const MAX_ROUTE_CHARS: usize = 512;
 /// answer (the upstream's, or the gateway's own refusal) carries its quota headers.
 pub async fn handle(State(state): State<ProxyState>, request: Request) -> Response<Body> {
     let mut quota = None;
+    let mut key_limit = None;
     let mut response = match forward(&state, request, &mut quota).await {
         Ok(response) => response,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            if let ApiError::KeyQuotaExceeded { limit, .. } = e {
+                key_limit = Some(limit);
+            }
+            e.into_response()
+        }
     };
     if let Some(standing) = quota {
-        quota_headers::apply(response.headers_mut(), &standing, Utc::now());
+        quota_headers::apply(response.headers_mut(), &standing, key_limit, Utc::now());
     }
     response
 }
@@ -115,9 +121,9 @@ async fn forward(
         .await?
     {
         KeyVerdict::Pass(hold) => hold,
-        KeyVerdict::Refuse { retry_after } => {
+        KeyVerdict::Refuse { retry_after, limit } => {
             *quota = state.quota.standing(principal.account_id, now).await?;
-            return Err(ApiError::KeyQuotaExceeded { retry_after });
+            return Err(ApiError::KeyQuotaExceeded { retry_after, limit });
         }
     };
     let reserved_by = match state.quota.check(principal.account_id, cost, now).await? {

@@ -6,6 +6,10 @@
 //! RateLimit-Policy: "monthly";q=<allowance + credits>;w=<seconds of the month>, "daily";q=..;w=86400
 //! RateLimit: "monthly";r=<remaining>;t=<seconds until the month ends>, "daily";r=..;t=..
 //! ```
+//!
+//! A call refused by its key's own monthly limit (SPEC §13, §21) also gets a `"key"`
+//! item, `"key";q=<limit>;w=<seconds of the month>` and `"key";r=0;t=<seconds until the
+//! month ends>`, so the headers explain the refusal.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
@@ -19,15 +23,16 @@ pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// The two header values for `standing` at `now`.
 pub fn values(standing: &Standing, now: DateTime<Utc>) -> (String, String) {
-    let (policy, current) = write(standing, now);
+    let (policy, current) = write(standing, None, now);
     (
         String::from_utf8(policy).expect("ASCII"),
         String::from_utf8(current).expect("ASCII"),
     )
 }
 
-/// Both values as bytes, numbers written with `itoa` (no formatting machinery).
-fn write(standing: &Standing, now: DateTime<Utc>) -> (Vec<u8>, Vec<u8>) {
+/// Both values as bytes, numbers written with `itoa` (no formatting machinery); with
+/// `key_limit`, the `"key"` item of a key whose month is used up.
+fn write(standing: &Standing, key_limit: Option<i64>, now: DateTime<Utc>) -> (Vec<u8>, Vec<u8>) {
     let (month, day) = (Month::containing(now), Day::containing(now));
     let month_seconds = (month.end() - month.start()).num_seconds();
     let mut numbers = itoa::Buffer::new();
@@ -54,12 +59,26 @@ fn write(standing: &Standing, now: DateTime<Utc>) -> (Vec<u8>, Vec<u8>) {
         current.extend_from_slice(b";t=");
         current.extend_from_slice(numbers.format(seconds_until(day.end(), now)).as_bytes());
     }
+    if let Some(limit) = key_limit {
+        policy.extend_from_slice(b", \"key\";q=");
+        policy.extend_from_slice(numbers.format(limit).as_bytes());
+        policy.extend_from_slice(b";w=");
+        policy.extend_from_slice(numbers.format(month_seconds).as_bytes());
+        current.extend_from_slice(b", \"key\";r=0;t=");
+        current.extend_from_slice(numbers.format(seconds_until(month.end(), now)).as_bytes());
+    }
     (policy, current)
 }
 
-/// Sets both headers on a response.
-pub fn apply(headers: &mut HeaderMap, standing: &Standing, now: DateTime<Utc>) {
-    let (policy, current) = write(standing, now);
+/// Sets both headers on a response; `key_limit` adds the `"key"` item of a key whose
+/// month is used up.
+pub fn apply(
+    headers: &mut HeaderMap,
+    standing: &Standing,
+    key_limit: Option<i64>,
+    now: DateTime<Utc>,
+) {
+    let (policy, current) = write(standing, key_limit, now);
     if let (Ok(policy), Ok(current)) = (
         HeaderValue::from_maybe_shared(Bytes::from(policy)),
         HeaderValue::from_maybe_shared(Bytes::from(current)),
@@ -92,6 +111,20 @@ mod tests {
         let (policy, current) = values(&standing(None), now);
         assert_eq!(policy, "\"monthly\";q=3050;w=2592000");
         assert_eq!(current, "\"monthly\";r=3040;t=60");
+    }
+
+    #[test]
+    fn a_key_refused_by_its_own_limit_adds_a_key_item_with_nothing_left() {
+        let now: DateTime<Utc> = "2026-11-30T23:59:00Z".parse().unwrap();
+        let (policy, current) = write(&standing(None), Some(100), now);
+        assert_eq!(
+            String::from_utf8(policy).unwrap(),
+            "\"monthly\";q=3050;w=2592000, \"key\";q=100;w=2592000"
+        );
+        assert_eq!(
+            String::from_utf8(current).unwrap(),
+            "\"monthly\";r=3040;t=60, \"key\";r=0;t=60"
+        );
     }
 
     #[test]

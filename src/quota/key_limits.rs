@@ -50,8 +50,9 @@ const REFUSAL_HELD: Duration = Duration::from_secs(1);
 pub enum KeyVerdict {
     /// Forward it; the hold says whether units of the key were reserved for it.
     Pass(KeyHold),
-    /// The key's month is used up: refuse, retry after the month's end.
-    Refuse { retry_after: i64 },
+    /// The key's month is used up: refuse, retry after the month's end. `limit` is the
+    /// key's monthly limit, for the refusal's quota headers.
+    Refuse { retry_after: i64, limit: i64 },
 }
 
 /// Units of a limited key spent on one call. Dropped without [`KeyHold::settle`] (the
@@ -124,7 +125,8 @@ pub struct KeyLimits {
 enum Fast {
     Unlimited,
     Spent,
-    Refused(i64),
+    /// Refused: seconds to the month's end, and the key's limit.
+    Refused(i64, i64),
     Ask,
 }
 
@@ -166,12 +168,14 @@ impl KeyLimits {
             Fast::Spent => KeyVerdict::Pass(KeyHold {
                 spent: Some((inner.clone(), key_id, cost)),
             }),
-            Fast::Refused(retry_after) => KeyVerdict::Refuse {
+            Fast::Refused(retry_after, limit) => KeyVerdict::Refuse {
                 retry_after: retry_after.max(1),
+                limit,
             },
             // `ask` always decides; should it not, the call is not forwarded unchecked.
             Fast::Ask => KeyVerdict::Refuse {
                 retry_after: seconds_until(Month::containing(now).end(), now).max(1),
+                limit: 0,
             },
         })
     }
@@ -221,8 +225,10 @@ impl Inner {
             entry.used_at = at;
             return Fast::Spent;
         }
-        match entry.refused_until {
-            Some(until) if at < until => Fast::Refused(seconds_until(month.end(), now)),
+        match (entry.refused_until, entry.limit) {
+            (Some(until), Some(limit)) if at < until => {
+                Fast::Refused(seconds_until(month.end(), now), limit)
+            }
             _ => Fast::Ask,
         }
     }
@@ -284,7 +290,7 @@ impl Inner {
                 // month ends; only held elsewhere, worth asking again shortly.
                 let hold = if r.used_up { ENTRY_TTL } else { REFUSAL_HELD };
                 self.put(key_id, month, Some(r.limit), 0, Some(Instant::now() + hold));
-                Fast::Refused(seconds_until(month.end(), now))
+                Fast::Refused(seconds_until(month.end(), now), r.limit)
             }
         })
     }

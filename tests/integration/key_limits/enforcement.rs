@@ -25,10 +25,13 @@ async fn a_used_up_key_is_refused_and_the_accounts_other_keys_are_not() {
         (to_end..=to_end + 2).contains(&retry),
         "{retry} vs {to_end}"
     );
-    assert!(
-        res.headers().contains_key("ratelimit"),
-        "quota headers of the account"
-    );
+    // The account's figures say there is room; the key's own item explains the refusal.
+    let header = |name: &str| res.headers()[name].to_str().unwrap().to_owned();
+    let (policy, current) = (header("ratelimit-policy"), header("ratelimit"));
+    assert!(policy.starts_with("\"monthly\";q=3000;"), "{policy}");
+    assert!(policy.contains(", \"key\";q=3;w="), "{policy}");
+    assert!(current.starts_with("\"monthly\";r="), "{current}");
+    assert!(current.contains(", \"key\";r=0;t="), "{current}");
     let body: Value = res.json().await.unwrap();
     assert_eq!(
         body,
