@@ -26,6 +26,10 @@ pub struct ErrorBody {
 pub enum ApiError {
     #[error("invalid API key")]
     InvalidApiKey,
+    /// No key in the key header, but an API key in `Authorization`; holds the configured
+    /// key header, to say where the key goes.
+    #[error("API key sent in Authorization")]
+    KeyInAuthorization(String),
     #[error("unauthorized")]
     Unauthorized,
     /// A route that takes a session or an API key got neither valid; holds the
@@ -54,6 +58,9 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("payload too large")]
     PayloadTooLarge,
+    /// Too many header fields, or too many bytes of them.
+    #[error("request headers too large")]
+    HeadersTooLarge,
     /// The client's request body could not be read (bad framing, cut short).
     #[error("bad request body")]
     BadRequestBody,
@@ -98,7 +105,7 @@ impl ApiError {
     pub fn status_and_code(&self) -> (StatusCode, &'static str) {
         use ApiError::*;
         match self {
-            InvalidApiKey => (StatusCode::UNAUTHORIZED, "INVALID_API_KEY"),
+            InvalidApiKey | KeyInAuthorization(_) => (StatusCode::UNAUTHORIZED, "INVALID_API_KEY"),
             Unauthorized | SessionOrKeyRequired(_) => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"),
             InvalidCredentials => (StatusCode::UNAUTHORIZED, "INVALID_CREDENTIALS"),
             Throttled => (StatusCode::TOO_MANY_REQUESTS, "REQUEST_THROTTLED"),
@@ -110,6 +117,10 @@ impl ApiError {
             MalformedJson(_) => (StatusCode::BAD_REQUEST, "MALFORMED_JSON"),
             UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE"),
             PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE"),
+            HeadersTooLarge => (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "HEADERS_TOO_LARGE",
+            ),
             BadRequestBody => (StatusCode::BAD_REQUEST, "BAD_REQUEST_BODY"),
             RequestTimeout => (StatusCode::REQUEST_TIMEOUT, "REQUEST_TIMEOUT"),
             NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND"),
@@ -149,6 +160,9 @@ impl ApiError {
         use ApiError::*;
         match self {
             InvalidApiKey => "Missing, unknown or revoked API key.".into(),
+            KeyInAuthorization(key_header) => format!(
+                "Send the API key in the {key_header} header; Authorization is not read for API calls."
+            ),
             Unauthorized => "Missing or invalid bearer token.".into(),
             SessionOrKeyRequired(key_header) => format!(
                 "Send a valid session (Authorization: Bearer <token>) or API key ({key_header})."
@@ -163,6 +177,7 @@ impl ApiError {
             MalformedJson(why) => format!("Request body is not valid JSON: {why}"),
             UnsupportedMediaType => "Expected a body with content-type application/json.".into(),
             PayloadTooLarge => "Request body is too large.".into(),
+            HeadersTooLarge => "The request's headers are too many or too large.".into(),
             BadRequestBody => {
                 "The request body is malformed or was cut short (e.g. bad chunked encoding).".into()
             }
@@ -226,19 +241,23 @@ impl From<JsonRejection> for ApiError {
         }
         match rejection {
             JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType,
-            JsonRejection::JsonDataError(e) => ApiError::Validation(e.body_text()),
-            JsonRejection::JsonSyntaxError(e) => ApiError::MalformedJson(e.body_text()),
+            JsonRejection::JsonDataError(e) => {
+                ApiError::Validation(crate::rejection::field_problem(&e.body_text()))
+            }
+            JsonRejection::JsonSyntaxError(e) => {
+                ApiError::MalformedJson(crate::rejection::syntax_problem(&e.body_text()))
+            }
             JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
                 ApiError::PayloadTooLarge
             }
-            other => ApiError::MalformedJson(other.body_text()),
+            _ => ApiError::MalformedJson("it could not be read".into()),
         }
     }
 }
 
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
-        ApiError::Validation(rejection.body_text())
+        ApiError::Validation(crate::rejection::field_problem(&rejection.body_text()))
     }
 }
 

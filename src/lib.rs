@@ -12,7 +12,7 @@
 //! throttler alone talks to [`cloudflare`] (the KV REST client); accounting also
 //! records threshold events in [`notify`]'s outbox, which delivers them to the
 //! operator's webhook.
-//! [`state`], [`error`], [`request_id`], [`month`], [`config`], [`db`], [`nats`] and
+//! [`state`], [`error`] (with [`rejection`]), [`request_id`], [`month`], [`config`], [`db`], [`nats`] and
 //! [`telemetry`] are leaves every layer may use. `main.rs` only parses the command line and calls [`startup`].
 
 pub mod account;
@@ -38,6 +38,7 @@ pub mod portal;
 mod prop_support;
 pub mod proxy;
 pub mod quota;
+pub mod rejection;
 pub mod request_id;
 pub mod server;
 pub mod startup;

@@ -21,8 +21,10 @@ pub(crate) const MIN_PASSWORD_CHARS: usize = 8;
 pub(crate) const MAX_PASSWORD_CHARS: usize = 1024;
 pub(crate) const MAX_EMAIL_CHARS: usize = 254;
 
-/// Unknown fields are ignored. `Debug` shows the email and never the password.
+/// Unknown fields are refused (422), as on every account and admin route. `Debug` shows
+/// the email and never the password.
 #[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SignupRequest {
     /// An email address: one `@` after at least one character, no whitespace or control
     /// character, a domain with a dot that neither starts nor ends with one. Surrounding
@@ -63,9 +65,10 @@ pub struct SignupResponse {
     pub api_key: String,
 }
 
-/// Unknown fields are ignored. Longer values than signup accepts match no account (401).
-/// `Debug` shows the email and never the password.
+/// Unknown fields are refused (422). Longer values than signup accepts match no account
+/// (401). `Debug` shows the email and never the password.
 #[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct LoginRequest {
     /// Compared trimmed and lowercased.
     #[schema(max_length = 254, example = "ann@example.com")]

@@ -29,6 +29,10 @@ pub async fn authenticate_key(
         if let Some(suppressed) = refused(Refusal::MissingKey) {
             tracing::debug!(suppressed, "api key refused: missing");
         }
+        // A key sent as a bearer token is the commonest mistake: say where it goes.
+        if token::bearer(headers).is_some_and(|t| t.starts_with(API_KEY_PREFIX)) {
+            return Err(ApiError::KeyInAuthorization(key_header.to_owned()));
+        }
         return Err(ApiError::InvalidApiKey);
     };
     let candidate = value.to_str().map(str::trim).unwrap_or_default();

@@ -65,7 +65,7 @@ pub async fn stripe_webhook(
     }
     let body = body.map_err(|e| match e.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
-        _ => ApiError::MalformedJson(e.body_text()),
+        _ => ApiError::MalformedJson("it could not be read".into()),
     })?;
     let Some(secret) = state.config.billing.stripe_webhook_secret.as_ref() else {
         return Err(ApiError::NotFound);

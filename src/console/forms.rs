@@ -28,7 +28,7 @@ pub async fn add_subscription(
     Path(account_id): Path<String>,
     form: Result<Form<SubscriptionFields>, FormRejection>,
 ) -> Result<Response, Problem> {
-    let Form(fields) = form.map_err(|e| Problem::bad_form(e.body_text()))?;
+    let Form(fields) = form.map_err(|e| Problem::bad_form(&e))?;
     session.check_csrf(fields.csrf.as_deref())?;
     let account_id: i64 = account_id.parse().map_err(|_| ApiError::AccountNotFound)?;
     let now = Utc::now();
@@ -70,7 +70,7 @@ pub async fn add_top_up(
     Path(account_id): Path<String>,
     form: Result<Form<TopUpFields>, FormRejection>,
 ) -> Result<Response, Problem> {
-    let Form(fields) = form.map_err(|e| Problem::bad_form(e.body_text()))?;
+    let Form(fields) = form.map_err(|e| Problem::bad_form(&e))?;
     session.check_csrf(fields.csrf.as_deref())?;
     let account_id: i64 = account_id.parse().map_err(|_| ApiError::AccountNotFound)?;
     let now = Utc::now();

@@ -7,6 +7,7 @@
 //! forbid both.
 
 use axum::extract::Request;
+use axum::extract::rejection::FormRejection;
 use axum::http::header::{
     CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, RETRY_AFTER,
     X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
@@ -175,11 +176,34 @@ impl Problem {
         }
     }
 
-    pub fn bad_form(why: String) -> Self {
+    /// A form the extractor refused, in the product's words: too large (413), not a
+    /// web form (415), or a field that is not what it must be (400).
+    pub fn bad_form(rejection: &FormRejection) -> Self {
+        let (status, message) = match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "The form is too large.".to_owned(),
+            ),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "The form must be sent as a web form.".to_owned(),
+            ),
+            _ => match rejection {
+                FormRejection::FailedToDeserializeForm(_)
+                | FormRejection::FailedToDeserializeFormBody(_) => (
+                    StatusCode::BAD_REQUEST,
+                    crate::rejection::field_problem(&rejection.body_text()),
+                ),
+                _ => (
+                    StatusCode::BAD_REQUEST,
+                    "The form could not be read.".to_owned(),
+                ),
+            },
+        };
         Self {
-            status: StatusCode::BAD_REQUEST,
+            status,
             title: "Bad request",
-            message: why,
+            message,
             retry_after: None,
         }
     }

@@ -78,7 +78,7 @@ pub async fn sign_in(
     headers: HeaderMap,
     form_data: Result<Form<SignInForm>, FormRejection>,
 ) -> Result<Response, Problem> {
-    let Form(form_data) = form_data.map_err(|e| Problem::bad_form(e.body_text()))?;
+    let Form(form_data) = form_data.map_err(|e| Problem::bad_form(&e))?;
     if !sign_in_token_matches(&headers, form_data.csrf.as_deref()) {
         return Err(Problem::forged());
     }
@@ -121,7 +121,7 @@ pub async fn sign_out(
     session: ConsoleSession,
     form_data: Result<Form<SignOutForm>, FormRejection>,
 ) -> Result<Response, Problem> {
-    let Form(form_data) = form_data.map_err(|e| Problem::bad_form(e.body_text()))?;
+    let Form(form_data) = form_data.map_err(|e| Problem::bad_form(&e))?;
     session.check_csrf(form_data.csrf.as_deref())?;
     session.close(&state.db).await?;
     tracing::info!("console session closed");

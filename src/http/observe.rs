@@ -12,10 +12,11 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use metrics::{Counter, Histogram, SharedString};
 use tracing::Instrument;
 
+use crate::error::ApiError;
 use crate::proxy::path::route_label as proxied_route;
 use crate::request_id::{RequestId, X_REQUEST_ID};
 
@@ -144,7 +145,11 @@ where
         account_id = tracing::field::Empty,
     );
     let started = Instant::now();
-    let mut response = inner(request).instrument(span.clone()).await;
+    let mut response = if super::limits::head_too_large(request.headers()) {
+        ApiError::HeadersTooLarge.into_response()
+    } else {
+        inner(request).instrument(span.clone()).await
+    };
     let status = response.status();
     response
         .headers_mut()

@@ -140,7 +140,7 @@ pub async fn create(
     customer: Customer,
     form_data: Result<Form<LimitForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
-    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(e.body_text()))?;
+    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
     customer.check_csrf(form_data.csrf.as_deref())?;
     let limit = limit_of(form_data.monthly_limit.as_deref())?;
     let created = create_account_key(
@@ -160,7 +160,7 @@ pub async fn revoke(
     Path(key_id): Path<String>,
     form_data: Result<Form<LimitForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
-    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(e.body_text()))?;
+    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
     customer.check_csrf(form_data.csrf.as_deref())?;
     let principal = SessionPrincipal {
         account_id: customer.account_id,
@@ -176,7 +176,7 @@ pub async fn set_limit(
     Path(key_id): Path<String>,
     form_data: Result<Form<LimitForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
-    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(e.body_text()))?;
+    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
     customer.check_csrf(form_data.csrf.as_deref())?;
     let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
     let limit = limit_of(form_data.monthly_limit.as_deref())?;

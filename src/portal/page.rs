@@ -102,8 +102,8 @@ impl PortalProblem {
         Self(problem)
     }
 
-    pub fn bad_form(why: String) -> Self {
-        Self(Problem::bad_form(why))
+    pub fn bad_form(rejection: &axum::extract::rejection::FormRejection) -> Self {
+        Self(Problem::bad_form(rejection))
     }
 }
 

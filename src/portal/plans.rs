@@ -86,7 +86,7 @@ pub async fn redeem(
     client: ClientIp,
     form_data: Result<Form<RedeemForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
-    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(e.body_text()))?;
+    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
     customer.check_csrf(form_data.csrf.as_deref())?;
     let principal = SessionPrincipal {
         account_id: customer.account_id,

@@ -126,7 +126,7 @@ fn checked(
     headers: &HeaderMap,
     form_data: Result<Form<Credentials>, FormRejection>,
 ) -> Result<(String, String), PortalProblem> {
-    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(e.body_text()))?;
+    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
     if !form_token_matches(headers, FORM_COOKIE, form_data.csrf.as_deref()) {
         return Err(PortalProblem::forged());
     }
@@ -221,7 +221,7 @@ pub async fn sign_out(
     customer: Customer,
     form_data: Result<Form<CsrfOnly>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
-    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(e.body_text()))?;
+    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
     customer.check_csrf(form_data.csrf.as_deref())?;
     close(&state.db, customer.token()).await?;
     let mut response = Redirect::to(SIGN_IN).into_response();

@@ -74,6 +74,10 @@ struct Shared {
     abort: CancellationToken,
 }
 
+/// Most header fields the HTTP/1 parser takes (hyper's default is 100): the app holds
+/// requests to its own, lower bound and answers past it with its own error body.
+pub const PARSER_MAX_HEADERS: usize = 1000;
+
 /// What answers a connection's requests: one per worker, cloned per connection.
 pub trait App: Clone + Send + 'static {
     /// The response to `request`.
@@ -96,7 +100,9 @@ pub async fn run<A: App>(
     let mut http = auto::Builder::new(TokioExecutor::new());
     // The connection clock bounds head reads; hyper's own bound would also cut idle
     // keep-alive connections (see `clock`).
-    http.http1().header_read_timeout(None);
+    http.http1()
+        .header_read_timeout(None)
+        .max_headers(PARSER_MAX_HEADERS);
     let shared = Arc::new(Shared {
         tls,
         http,

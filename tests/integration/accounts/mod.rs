@@ -9,6 +9,7 @@ mod limits;
 mod methods;
 mod noise;
 mod ops;
+mod refusals;
 mod sessions;
 mod signup;
 

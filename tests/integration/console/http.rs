@@ -170,7 +170,7 @@ async fn the_session_cookie_has_its_flags_and_secure_only_under_tls() {
 
 #[tokio::test]
 async fn a_wrong_token_is_refused_and_repeated_failures_lock_sign_in() {
-    let app = spawn_app_with(|c| c.account.login_failures_per_hour = 3).await;
+    let app = spawn_app_with(|c| c.admin.failures_per_hour = 3).await;
     let client = manual_client();
     let attempt = |token: &'static str| {
         let client = client.clone();
