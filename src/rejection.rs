@@ -195,7 +195,9 @@ mod tests {
             "x is not a field of this request (the fields are plan, months)"
         );
         assert_eq!(
-            field_problem("admin: unknown field `admin`, expected `email` or `password` at line 1 column 8"),
+            field_problem(
+                "admin: unknown field `admin`, expected `email` or `password` at line 1 column 8"
+            ),
             "admin is not a field of this request"
         );
         assert_eq!(

@@ -153,10 +153,22 @@ pub async fn render(
             h2 { "API keys" }
             @if keys.is_empty() { p.empty { "No keys." } } @else {
                 table {
-                    thead { tr { th.num { "Id" } th { "Prefix" } th { "Created" } th { "Revoked" } } }
+                    thead { tr {
+                        th.num { "Id" } th { "Prefix" } th { "Created" } th { "Revoked" }
+                        th.num { "Used this month" } th.num { "Monthly limit" } th { "" }
+                    } }
                     tbody { @for k in &keys {
-                        tr { td.num { (k.key_id) } td { code { (k.prefix) "…" } } td { (instant(k.created_at)) }
-                             td { @if let Some(at) = k.revoked_at { (instant(at)) } @else { "—" } } }
+                        tr data-key-id=(k.key_id) {
+                            td.num { (k.key_id) } td { code { (k.prefix) "…" } } td { (instant(k.created_at)) }
+                            td { @if let Some(at) = k.revoked_at { (instant(at)) } @else { "—" } }
+                            td.num data-used=(k.used) { (grouped(k.used)) }
+                            td.num data-limit=[k.monthly_limit] {
+                                @match k.monthly_limit { Some(n) => (grouped(n)), None => "none" }
+                            }
+                            td { @if k.revoked_at.is_none() && k.monthly_limit.is_some_and(|n| k.used >= n) {
+                                span.badge.exhausted { "used up" }
+                            } }
+                        }
                     } }
                 }
             }

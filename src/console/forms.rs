@@ -55,12 +55,15 @@ pub async fn add_subscription(
         }
         Err(ApiError::Validation(why)) => {
             let echo = Echo {
-                subscription: Some((fields, why)),
+                subscription: Some((fields, in_labels(&why))),
                 ..Echo::default()
             };
             render(&state, &session, account_id, Month::containing(now), &echo).await
         }
-        Err(other) => Err(other.into()),
+        Err(other) => Err(Problem::from(other).back_to(
+            format!("/console/accounts/{account_id}"),
+            Some(session.csrf()),
+        )),
     }
 }
 
@@ -95,12 +98,15 @@ pub async fn add_top_up(
         }
         Err(ApiError::Validation(why)) => {
             let echo = Echo {
-                top_up: Some((fields, why)),
+                top_up: Some((fields, in_labels(&why))),
                 ..Echo::default()
             };
             render(&state, &session, account_id, Month::containing(now), &echo).await
         }
-        Err(other) => Err(other.into()),
+        Err(other) => Err(Problem::from(other).back_to(
+            format!("/console/accounts/{account_id}"),
+            Some(session.csrf()),
+        )),
     }
 }
 
@@ -140,6 +146,36 @@ fn subscription_request(fields: &SubscriptionFields) -> Result<SubscriptionReque
     })
 }
 
+/// The admin API's message about a field, with the field named as the form labels it
+/// (`calls must be…` beside a field labelled "Units" reads as `Units must be…`).
+pub fn in_labels(why: &str) -> String {
+    const LABELS: [(&str, &str); 7] = [
+        ("monthly_allowance", "Monthly allowance"),
+        ("daily_allowance", "Daily allowance"),
+        ("enforcement", "Enforcement"),
+        ("starts_at", "Starts"),
+        ("expires_at", "Expires"),
+        ("calls", "Units"),
+        ("plan", "Plan"),
+    ];
+    let mut text = why.to_owned();
+    for (field, label) in LABELS {
+        text = text
+            .split(' ')
+            .map(|word| {
+                let bare = word.trim_end_matches([',', ':', ';', '.']);
+                if bare == field {
+                    format!("{label}{}", &word[bare.len()..])
+                } else {
+                    word.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    text
+}
+
 /// A whole number (`1,000` and `1 000` read as 1000), or none when left empty.
 fn number(field: &str, text: Option<&str>) -> Result<Option<i64>, ApiError> {
     let digits: String = text
@@ -175,7 +211,7 @@ fn instant(field: &str, text: Option<&str>) -> Result<Option<DateTime<Utc>>, Api
         return Ok(day.and_hms_opt(0, 0, 0).map(|at| at.and_utc()));
     }
     Err(ApiError::Validation(format!(
-        "{field}: give a date and time in UTC, like 2026-12-01T00:00"
+        "{field}: give a date and time in UTC, like 2026-12-01 00:00"
     )))
 }
 
@@ -206,6 +242,31 @@ mod tests {
         );
         assert_eq!(instant("t", Some(" ")).unwrap(), None);
         assert!(instant("t", Some("tomorrow")).is_err());
+    }
+
+    #[test]
+    fn api_field_names_read_as_the_forms_labels() {
+        assert_eq!(
+            in_labels("calls must be an integer from 1 to 1000000"),
+            "Units must be an integer from 1 to 1000000"
+        );
+        assert_eq!(
+            in_labels("expires_at must be after starts_at"),
+            "Expires must be after Starts"
+        );
+        assert_eq!(
+            in_labels("the plan: free is reserved"),
+            "the Plan: free is reserved"
+        );
+        assert_eq!(in_labels("nothing to rename"), "nothing to rename");
+    }
+
+    #[test]
+    fn a_bad_date_shows_an_example_in_the_labels_format() {
+        let Err(ApiError::Validation(why)) = instant("Starts", Some("tomorrow")) else {
+            panic!("refused");
+        };
+        assert!(why.contains("like 2026-12-01 00:00"), "{why}");
     }
 
     #[test]

@@ -152,6 +152,38 @@ pub struct Problem {
     pub title: &'static str,
     pub message: String,
     pub retry_after: Option<u64>,
+    /// The page whose form was refused, to go back to; set by [`Problem::back_to`].
+    pub back: Option<Back>,
+}
+
+/// Where a refused form came from, and the signed-in session's token (for the page's
+/// navigation and sign-out form), if any.
+#[derive(Debug, Clone)]
+pub struct Back {
+    pub href: String,
+    pub csrf: Option<String>,
+}
+
+impl Problem {
+    /// The same problem, shown with a way back to `href` (the form's page) and, when
+    /// `csrf` is given, inside the signed-in page's navigation.
+    pub fn back_to(mut self, href: impl Into<String>, csrf: Option<&str>) -> Self {
+        self.back = Some(Back {
+            href: href.into(),
+            csrf: csrf.map(str::to_owned),
+        });
+        self
+    }
+}
+
+/// A wait of `secs` seconds in words: `40 seconds`, `6 minutes`, `2 hours`.
+pub fn wait_in_words(secs: u64) -> String {
+    let (n, unit) = match secs {
+        0..=59 => (secs.max(1), "second"),
+        60..=5399 => (secs.div_ceil(60), "minute"),
+        _ => (secs.div_ceil(3600), "hour"),
+    };
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
 }
 
 impl Problem {
@@ -164,6 +196,7 @@ impl Problem {
                 "This form was not sent from this console session. Reload the page and try again."
                     .into(),
             retry_after: None,
+            back: None,
         }
     }
 
@@ -173,6 +206,7 @@ impl Problem {
             title: "Not found",
             message: "There is no such page in the console.".into(),
             retry_after: None,
+            back: None,
         }
     }
 
@@ -205,6 +239,7 @@ impl Problem {
             title: "Bad request",
             message,
             retry_after: None,
+            back: None,
         }
     }
 }
@@ -229,6 +264,7 @@ impl From<ApiError> for Problem {
             title,
             message,
             retry_after,
+            back: None,
         }
     }
 }
@@ -241,14 +277,33 @@ impl From<sqlx::Error> for Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
+        let frame = self
+            .back
+            .as_ref()
+            .and_then(|back| Some((back.csrf.as_deref()?, back.href.as_str())))
+            .map(|(csrf, href)| Frame {
+                section: if href.starts_with("/console/accounts") {
+                    Section::Accounts
+                } else {
+                    Section::Overview
+                },
+                csrf,
+                flash: None,
+            });
         let page = shell(
             self.title,
-            None,
+            frame,
             html! {
                 section.problem {
                     h1 { (self.title) }
                     p { (self.message) }
-                    p { a href="/console/" { "Back to the console" } }
+                    @if let Some(secs) = self.retry_after {
+                        p.wait { "Try again in " (wait_in_words(secs)) "." }
+                    }
+                    p { @match &self.back {
+                        Some(back) => a href=(back.href) { "Back to the form" },
+                        None => a href="/console/" { "Back to the console" },
+                    } }
                 }
             },
         );
@@ -295,6 +350,16 @@ pub async fn security_headers(request: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waits_read_in_the_largest_whole_unit() {
+        assert_eq!(wait_in_words(0), "1 second");
+        assert_eq!(wait_in_words(40), "40 seconds");
+        assert_eq!(wait_in_words(60), "1 minute");
+        assert_eq!(wait_in_words(360), "6 minutes");
+        assert_eq!(wait_in_words(3600), "60 minutes");
+        assert_eq!(wait_in_words(7200), "2 hours");
+    }
 
     #[test]
     fn numbers_are_grouped_by_thousands() {

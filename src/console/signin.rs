@@ -23,6 +23,7 @@ use super::session::{
 };
 use crate::account::client::ClientIp;
 use crate::auth::admin::admin_token_matches;
+use crate::error::ApiError;
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -88,10 +89,11 @@ pub async fn sign_in(
     // Failures count per address only, shared with the admin API's bearer token: a
     // global count would let anyone lock every operator out.
     let now = Utc::now();
-    state.limits.admin_allowed(ip, now).await?;
+    let back = |e: ApiError| Problem::from(e).back_to(super::session::SIGN_IN, None);
+    state.limits.admin_allowed(ip, now).await.map_err(back)?;
     let given = form_data.token.unwrap_or_default();
     if !admin_token_matches(expected, given.trim()) {
-        state.limits.admin_failed(ip, now).await?;
+        state.limits.admin_failed(ip, now).await.map_err(back)?;
         tracing::warn!("console sign-in with a wrong admin token");
         return Ok(form(
             &state,

@@ -17,7 +17,7 @@ use super::page::{Frame, PortalProblem, Section, notice, shell};
 use super::session::Customer;
 use crate::account::KeyCreated;
 use crate::account::key_limit::set_key_limit;
-use crate::account::keys::{checked_limit, create_account_key, keys_of, revoke_key};
+use crate::account::keys::{MAX_KEY_LIMIT, checked_limit, create_account_key, keys_of, revoke_key};
 use crate::auth::SessionPrincipal;
 use crate::console::page::{csrf_field, grouped, html_response};
 use crate::error::{ApiError, PathParams};
@@ -33,19 +33,25 @@ pub struct LimitForm {
     monthly_limit: Option<String>,
 }
 
-/// A limit field: blank is none; else an integer from 0 up.
+/// A limit field: blank is none; else a whole number from 0 to the API's bound, told in
+/// the form's words.
 fn limit_of(field: Option<&str>) -> Result<Option<i64>, PortalProblem> {
     let text = field.map(str::trim).unwrap_or_default();
     if text.is_empty() {
         return Ok(None);
     }
-    let n = text.parse::<i64>().map_err(|_| {
-        PortalProblem::from(ApiError::Validation(
-            "monthly_limit must be a whole number of units, or blank for none".into(),
-        ))
-    })?;
-    Ok(checked_limit(Some(n))?)
+    let refused = || {
+        PortalProblem::from(ApiError::Validation(format!(
+            "Monthly limit must be a whole number of units from 0 to {}, or blank for none.",
+            grouped(MAX_KEY_LIMIT)
+        )))
+    };
+    let n = text.parse::<i64>().map_err(|_| refused())?;
+    checked_limit(Some(n)).map_err(|_| refused())
 }
+
+/// Where the keys page's refusals lead back to.
+const KEYS_PAGE: &str = "/portal/keys";
 
 /// The keys page.
 pub async fn page(
@@ -86,14 +92,14 @@ async fn render(
                         td.num data-used=(key.used) { (grouped(key.used)) }
                         td.num data-limit=[key.monthly_limit] {
                             @match key.monthly_limit { Some(n) => (grouped(n)), None => "none" }
+                            @if key.revoked_at.is_none() && key.monthly_limit.is_some_and(|n| key.used >= n) {
+                                " " span.badge.exhausted.used-up { "used up" }
+                            }
                         }
                         td {
                             @if key.revoked_at.is_none() {
                                 (limit_form(key.key_id, key.monthly_limit, csrf))
-                                form.inline method="post" action=(format!("/portal/keys/{}/revoke", key.key_id)) {
-                                    (csrf_field(csrf))
-                                    button type="submit" { "Revoke" }
-                                }
+                                (revoke_form(key.key_id, &key.prefix, csrf))
                             }
                         }
                     }
@@ -124,6 +130,21 @@ async fn render(
     ))
 }
 
+/// Revoking asks first, without a script: the button that revokes is behind a
+/// disclosure that says what it does, and is styled as the dangerous action it is.
+fn revoke_form(key_id: i64, prefix: &str, csrf: &str) -> Markup {
+    html! {
+        details.confirm {
+            summary { "Revoke…" }
+            form.inline method="post" action=(format!("/portal/keys/{key_id}/revoke")) {
+                (csrf_field(csrf))
+                p { "Calls with " code { (prefix) "…" } " are refused from then on; this cannot be undone." }
+                button.danger type="submit" { "Revoke this key" }
+            }
+        }
+    }
+}
+
 fn limit_form(key_id: i64, limit: Option<i64>, csrf: &str) -> Markup {
     html! {
         form.inline method="post" action=(format!("/portal/keys/{key_id}/limit")) {
@@ -140,16 +161,22 @@ pub async fn create(
     customer: Customer,
     form_data: Result<Form<LimitForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
-    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
-    customer.check_csrf(form_data.csrf.as_deref())?;
-    let limit = limit_of(form_data.monthly_limit.as_deref())?;
-    let created = create_account_key(
-        &state.db,
-        customer.account_id,
-        state.config.account.max_keys,
-        limit,
-    )
-    .await?;
+    let created = async {
+        let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
+        customer.check_csrf(form_data.csrf.as_deref())?;
+        let limit = limit_of(form_data.monthly_limit.as_deref())?;
+        Ok::<_, PortalProblem>(
+            create_account_key(
+                &state.db,
+                customer.account_id,
+                state.config.account.max_keys,
+                limit,
+            )
+            .await?,
+        )
+    }
+    .await
+    .map_err(|p| p.back_to(KEYS_PAGE, Some(customer.csrf())))?;
     render(&state, &customer, None, Some(&created)).await
 }
 
@@ -160,12 +187,17 @@ pub async fn revoke(
     Path(key_id): Path<String>,
     form_data: Result<Form<LimitForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
-    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
-    customer.check_csrf(form_data.csrf.as_deref())?;
-    let principal = SessionPrincipal {
-        account_id: customer.account_id,
-    };
-    revoke_key(State(state), principal, PathParams(key_id)).await?;
+    async {
+        let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
+        customer.check_csrf(form_data.csrf.as_deref())?;
+        let principal = SessionPrincipal {
+            account_id: customer.account_id,
+        };
+        revoke_key(State(state), principal, PathParams(key_id)).await?;
+        Ok::<_, PortalProblem>(())
+    }
+    .await
+    .map_err(|p| p.back_to(KEYS_PAGE, Some(customer.csrf())))?;
     Ok(Redirect::to("/portal/keys?done=revoked").into_response())
 }
 
@@ -176,11 +208,16 @@ pub async fn set_limit(
     Path(key_id): Path<String>,
     form_data: Result<Form<LimitForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
-    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
-    customer.check_csrf(form_data.csrf.as_deref())?;
-    let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
-    let limit = limit_of(form_data.monthly_limit.as_deref())?;
-    set_key_limit(&state, customer.account_id, key_id, limit).await?;
+    async {
+        let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
+        customer.check_csrf(form_data.csrf.as_deref())?;
+        let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
+        let limit = limit_of(form_data.monthly_limit.as_deref())?;
+        set_key_limit(&state, customer.account_id, key_id, limit).await?;
+        Ok::<_, PortalProblem>(())
+    }
+    .await
+    .map_err(|p| p.back_to(KEYS_PAGE, Some(customer.csrf())))?;
     Ok(Redirect::to("/portal/keys?done=limit").into_response())
 }
 
@@ -196,5 +233,13 @@ mod tests {
         assert!(limit_of(Some("-1")).is_err());
         assert!(limit_of(Some("1.5")).is_err());
         assert!(limit_of(Some("x")).is_err());
+        let Err(PortalProblem(problem)) = limit_of(Some("-1")) else {
+            panic!("refused");
+        };
+        assert!(
+            problem.message.starts_with("Monthly limit must be"),
+            "{}",
+            problem.message
+        );
     }
 }

@@ -8,7 +8,7 @@ use axum::http::header::RETRY_AFTER;
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
-use crate::console::page::{Problem, csrf_field, html_response};
+use crate::console::page::{Problem, csrf_field, html_response, wait_in_words};
 use crate::error::ApiError;
 
 /// Where the portal serves the console's stylesheet.
@@ -105,6 +105,11 @@ impl PortalProblem {
     pub fn bad_form(rejection: &axum::extract::rejection::FormRejection) -> Self {
         Self(Problem::bad_form(rejection))
     }
+
+    /// The same problem, shown with a way back to `href` (see [`Problem::back_to`]).
+    pub fn back_to(self, href: impl Into<String>, csrf: Option<&str>) -> Self {
+        Self(self.0.back_to(href, csrf))
+    }
 }
 
 impl From<ApiError> for PortalProblem {
@@ -126,15 +131,34 @@ impl IntoResponse for PortalProblem {
             title,
             message,
             retry_after,
+            back,
         } = self.0;
+        let frame = back
+            .as_ref()
+            .and_then(|back| Some((back.csrf.as_deref()?, back.href.as_str())))
+            .map(|(csrf, href)| Frame {
+                section: match href {
+                    "/portal/keys" => Section::Keys,
+                    "/portal/plans" => Section::Plans,
+                    _ => Section::Overview,
+                },
+                csrf,
+                notice: None,
+            });
         let page = shell(
             title,
-            None,
+            frame,
             html! {
                 section.problem {
                     h1 { (title) }
                     p { (message) }
-                    p { a href="/portal/" { "Back to the portal" } }
+                    @if let Some(secs) = retry_after {
+                        p.wait { "Try again in " (wait_in_words(secs)) "." }
+                    }
+                    p { @match &back {
+                        Some(back) => a href=(back.href) { "Back to the form" },
+                        None => a href="/portal/" { "Back to the portal" },
+                    } }
                 }
             },
         );

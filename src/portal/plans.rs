@@ -17,6 +17,7 @@ use super::page::{Frame, PortalProblem, Section, notice, ok, shell};
 use super::session::Customer;
 use crate::account::client::ClientIp;
 use crate::account::redeem::{RedeemRequest, redeem as redeem_code};
+use crate::account::usage::{MonthQuery, usage_response};
 use crate::auth::SessionPrincipal;
 use crate::console::page::{csrf_field, grouped};
 use crate::error::JsonBody;
@@ -36,8 +37,13 @@ pub async fn page(
     Query(done): Query<Done>,
 ) -> Result<Response, PortalProblem> {
     let plans = &state.config.plans;
+    let current = usage_response(&state, customer.account_id, &MonthQuery { month: None })
+        .await?
+        .0
+        .plan;
     let content = html! {
         h1 { "Plans" }
+        p #current-plan { "You are on the " strong { (current) } " plan." }
         @if plans.is_empty() {
             p.empty { "No plans are on offer." }
         } @else {
@@ -48,13 +54,17 @@ pub async fn page(
                 } }
                 tbody {
                     @for plan in plans {
-                        tr data-plan=(plan.name) {
-                            td { (plan.name) }
+                        tr data-plan=(plan.name) aria-current=[(plan.name == current).then_some("true")] {
+                            td {
+                                (plan.name)
+                                @if plan.name == current { " " span.badge.active { "your plan" } }
+                            }
                             td.num { (grouped(plan.monthly_allowance)) }
                             td.num { @match plan.daily_allowance { Some(n) => (grouped(n)), None => "—" } }
                             td { (plan.enforcement.as_str()) }
                             td {
-                                @if let Some(link) = plan.checkout_link(customer.account_id) {
+                                @if plan.name == current {
+                                } @else if let Some(link) = plan.checkout_link(customer.account_id) {
                                     a.upgrade href=(link) rel="noopener noreferrer" { "Upgrade" }
                                 }
                             }
@@ -86,14 +96,19 @@ pub async fn redeem(
     client: ClientIp,
     form_data: Result<Form<RedeemForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
-    let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
-    customer.check_csrf(form_data.csrf.as_deref())?;
-    let principal = SessionPrincipal {
-        account_id: customer.account_id,
-    };
-    let request = RedeemRequest {
-        code: form_data.code.unwrap_or_default(),
-    };
-    let _created = redeem_code(State(state), principal, client, JsonBody(request)).await?;
+    let redeemed = async {
+        let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
+        customer.check_csrf(form_data.csrf.as_deref())?;
+        let principal = SessionPrincipal {
+            account_id: customer.account_id,
+        };
+        let request = RedeemRequest {
+            code: form_data.code.unwrap_or_default(),
+        };
+        let _created = redeem_code(State(state), principal, client, JsonBody(request)).await?;
+        Ok::<_, PortalProblem>(())
+    }
+    .await;
+    redeemed.map_err(|p| p.back_to("/portal/plans", Some(customer.csrf())))?;
     Ok(Redirect::to("/portal/?done=redeemed").into_response())
 }

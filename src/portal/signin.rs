@@ -140,7 +140,11 @@ fn checked(
 fn refused(state: &AppState, kind: Kind, err: ApiError) -> Result<Response, PortalProblem> {
     let (status, _) = err.status_and_code();
     if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-        return Err(err.into());
+        let back = match kind {
+            Kind::SignIn => SIGN_IN,
+            Kind::SignUp => "/portal/sign-up",
+        };
+        return Err(PortalProblem::from(err).back_to(back, None));
     }
     Ok(form(state, kind, status, Some(&err.public_message())))
 }

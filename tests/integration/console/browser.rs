@@ -219,6 +219,23 @@ async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_bro
     .await
     .unwrap();
     let today = now.day() as usize;
+    // A second key with a limit of one unit, used up.
+    let session = app.login(&customer).await;
+    let created: Value = app
+        .client
+        .post(app.url("/account/v1/keys"))
+        .bearer_auth(&session)
+        .json(&json!({"monthly_limit": 1}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let limited_key = created["key_id"].as_i64().unwrap();
+    let limited = created["api_key"].as_str().unwrap();
+    assert_eq!(app.call("/vedic/v1/horoscope", limited).await.status(), 200);
+    app.wait_for_ledger(customer.account_id, 4).await;
 
     let browser = Browser::start().await;
     let c = &browser.client;
@@ -235,7 +252,7 @@ async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_bro
         .unwrap();
     browser.follow("section.signin button[type=submit]").await;
     browser.wait_for_path("/console/").await;
-    assert_eq!(browser.text("#calls-month").await, "8");
+    assert_eq!(browser.text("#calls-month").await, "9");
     assert_eq!(browser.bars("figure.chart rect.bar").await.len(), today);
     browser.screenshot("overview").await;
 
@@ -285,10 +302,26 @@ async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_bro
     assert_eq!(bars.len(), today);
     assert_eq!(bars[0].0, first.date_naive().to_string());
     let expected: Vec<i64> = (1..=today)
-        .map(|d| if d == 1 { 5 } else { 0 } + if d == today { 3 } else { 0 })
+        .map(|d| if d == 1 { 5 } else { 0 } + if d == today { 4 } else { 0 })
         .collect();
     assert_eq!(bars.iter().map(|b| b.1).collect::<Vec<_>>(), expected);
-    assert_eq!(browser.text("#used").await, "3");
+    assert_eq!(browser.text("#used").await, "4");
+    // Each key's use this month and its limit (none, and the second key used up).
+    let key_row = format!("#keys tr[data-key-id='{}']", customer.key_id);
+    assert_eq!(browser.text(&format!("{key_row} td[data-used]")).await, "3");
+    assert_eq!(
+        browser.text(&format!("{key_row} td:nth-child(6)")).await,
+        "none"
+    );
+    let limited_row = format!("#keys tr[data-key-id='{limited_key}']");
+    assert_eq!(
+        browser.text(&format!("{limited_row} td[data-limit]")).await,
+        "1"
+    );
+    assert_eq!(
+        browser.text(&format!("{limited_row} .badge")).await,
+        "used up"
+    );
     let keys = browser.text("#keys").await;
     assert!(keys.contains(&customer.api_key[..12]), "{keys}");
     assert!(
@@ -322,7 +355,7 @@ async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_bro
         .unwrap();
     assert_eq!(
         (usage["credits"].as_i64(), usage["remaining"].as_i64()),
-        (Some(500), Some(3_497))
+        (Some(500), Some(3_496))
     );
     browser.screenshot("account-topped-up").await;
 

@@ -203,6 +203,11 @@ async fn a_wrong_token_is_refused_and_repeated_failures_lock_sign_in() {
     assert_eq!(locked.status(), 429);
     assert!(locked.headers().contains_key(RETRY_AFTER));
     assert!(set_cookie(&locked, "tollgate_console").is_none());
+    // The page says how long, as Retry-After does (three an hour: twenty minutes), and
+    // leads back to the sign-in form.
+    let page = locked.text().await.unwrap();
+    assert!(page.contains("Try again in 20 minutes."), "{page}");
+    assert!(page.contains("href=\"/console/sign-in\""), "{page}");
 }
 
 #[tokio::test]

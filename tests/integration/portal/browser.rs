@@ -97,7 +97,38 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
         assert_eq!(app.call(DAILY, &api_key).await.status(), 200);
     }
     assert_error(app.call(DAILY, &api_key).await, 429, "KEY_QUOTA_EXCEEDED").await;
+    app.wait_for_ledger(account_id, 5).await;
+    c.goto(&app.url("/portal/keys")).await.unwrap();
+    browser.wait_for_path("/portal/keys").await;
+    assert_eq!(
+        browser.text(&format!("{row} .used-up")).await,
+        "used up",
+        "a used-up key is marked"
+    );
     browser.screenshot("key-limited").await;
+
+    // A limit past what the API takes: the refusal names the field as the form labels
+    // it, keeps the navigation, and leads back to the form.
+    let field = browser
+        .css(&format!("{row} input[name=monthly_limit]"))
+        .await;
+    field.clear().await.unwrap();
+    field.send_keys("99999999999999").await.unwrap();
+    browser
+        .follow(&format!("{row} form[action$='/limit'] button"))
+        .await;
+    let message = browser.text("section.problem p").await;
+    assert!(message.starts_with("Monthly limit must be"), "{message}");
+    assert!(
+        c.find(Locator::Css("header.top nav a[href='/portal/keys']"))
+            .await
+            .is_ok()
+    );
+    browser.screenshot("bad-limit").await;
+    browser
+        .follow("section.problem a[href='/portal/keys']")
+        .await;
+    browser.wait_for_path("/portal/keys").await;
 
     // A new key, shown once, works while the first is used up; then the first is revoked.
     browser.follow("#new-key button").await;
@@ -105,8 +136,25 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
     assert!(second.starts_with("tgk_") && second != api_key);
     assert_eq!(app.call(DAILY, &second).await.status(), 200);
     browser.screenshot("key-created").await;
+    // Revoking asks first: the button that revokes is behind "Revoke…".
+    assert!(
+        !browser
+            .css(&format!("{row} form[action$='/revoke'] button"))
+            .await
+            .is_displayed()
+            .await
+            .unwrap(),
+        "revoke does not act at once"
+    );
     browser
-        .follow(&format!("{row} form[action$='/revoke'] button"))
+        .css(&format!("{row} details.confirm summary"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    browser.screenshot("revoke-confirm").await;
+    browser
+        .follow(&format!("{row} form[action$='/revoke'] button.danger"))
         .await;
     let notice = browser.text("p.flash.done").await;
     assert!(notice.contains("revoked"), "{notice}");
@@ -133,6 +181,7 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
         "{href}"
     );
     assert!(c.find(Locator::Css("tr[data-plan=team] a")).await.is_err());
+    assert!(browser.text("#current-plan").await.contains("free"));
     browser.screenshot("plans").await;
     let res = app
         .admin_post(
@@ -153,6 +202,21 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
         "1,000"
     );
     browser.screenshot("redeemed").await;
+    browser.follow("a[href='/portal/plans']").await;
+    browser.wait_for_path("/portal/plans").await;
+    assert!(browser.text("#current-plan").await.contains("pro"));
+    assert_eq!(
+        browser.text("tr[data-plan=pro] .badge").await,
+        "your plan",
+        "the plan the customer is on is marked"
+    );
+    assert!(
+        c.find(Locator::Css("tr[data-plan=pro] a.upgrade"))
+            .await
+            .is_err(),
+        "no upgrade to the plan one is on"
+    );
+    browser.screenshot("plans-current").await;
 
     // Signing out ends the session.
     browser.follow("form.signout button").await;
