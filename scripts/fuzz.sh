@@ -95,6 +95,8 @@ export TOLLGATE__LOG__FILTER=${TOLLGATE__LOG__FILTER:-warn}
 export TOLLGATE__ACCOUNT__SIGNUPS_PER_IP_PER_HOUR=1000000
 export TOLLGATE__ACCOUNT__LOGIN_FAILURES_PER_HOUR=1000000
 export TOLLGATE__ACCOUNT__MAX_KEYS=1000000
+# Likewise the admin token's: its negative-auth checks send wrong tokens by the dozen.
+export TOLLGATE__ADMIN__FAILURES_PER_HOUR=1000000
 export TOLLGATE__BILLING__STRIPE_WEBHOOK_SECRET=whsec_fuzz
 # The demo's plan catalogue, so the document names catalogue plans (codes, subscriptions).
 FUZZ_CONFIG=scripts/demo.toml

@@ -103,7 +103,40 @@ pub fn document(config: &Config) -> serde_json::Value {
     }
     let mut doc = serde_json::to_value(doc).expect("the document serializes");
     super::catalogue_doc::apply(&mut doc, &config.plans);
+    admin_lockout(&mut doc);
     doc
+}
+
+/// Every operation behind the admin token may answer `429`: past
+/// `admin.failures_per_hour` failed authentications from an address, even the right token
+/// is refused there (SPEC §21). Written once here rather than on each handler.
+fn admin_lockout(doc: &mut serde_json::Value) {
+    let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else {
+        return;
+    };
+    for operation in paths.values_mut().filter_map(|item| item.as_object_mut()) {
+        for operation in operation.values_mut() {
+            let admin = operation["security"]
+                .as_array()
+                .is_some_and(|schemes| schemes.iter().any(|s| s.get("admin").is_some()));
+            let Some(responses) = operation
+                .get_mut("responses")
+                .and_then(|r| r.as_object_mut())
+            else {
+                continue;
+            };
+            if admin && !responses.contains_key("429") {
+                responses.insert(
+                    "429".into(),
+                    serde_json::json!({
+                        "description": "TOO_MANY_REQUESTS: more failed admin-token authentications from this address than `admin.failures_per_hour`; even the right token waits",
+                        "headers": {"Retry-After": {"description": "Seconds to wait", "required": true, "schema": {"type": "integer", "format": "int64", "minimum": 0}}},
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+                    }),
+                );
+            }
+        }
+    }
 }
 
 pub async fn serve(
@@ -166,6 +199,12 @@ mod tests {
             if needs_auth {
                 assert!(missing(&["401"]).is_empty(), "{method} {path} lacks 401");
             }
+            let admin = operation["security"]
+                .as_array()
+                .is_some_and(|schemes| schemes.iter().any(|s| s.get("admin").is_some()));
+            if admin {
+                assert!(missing(&["429"]).is_empty(), "{method} {path} lacks 429");
+            }
             // The catalogue comes from configuration: nothing there can be unavailable.
             let reads_config_only = path == "/account/v1/plans";
             let expected: &[&str] = if reads_config_only {
@@ -208,8 +247,9 @@ mod tests {
         assert_eq!(signup["password"]["maxLength"], MAX_PASSWORD_CHARS);
         assert_eq!(signup["email"]["maxLength"], MAX_EMAIL_CHARS);
         assert!(signup["email"]["pattern"].is_string());
-        // Signup ignores unknown fields, so the schema must not refuse them.
-        assert_ne!(schemas["SignupRequest"]["additionalProperties"], false);
+        // Signup refuses unknown fields, as every account and admin route does.
+        assert_eq!(schemas["SignupRequest"]["additionalProperties"], false);
+        assert_eq!(schemas["LoginRequest"]["additionalProperties"], false);
 
         let login = &schemas["LoginRequest"]["properties"];
         assert_eq!(login["password"]["maxLength"], MAX_PASSWORD_CHARS);
