@@ -1,14 +1,16 @@
-//! The README's quickstart, run: every command block between its `quickstart` markers
-//! runs in one bash session against a real gateway (the demo's admin token, a local
-//! upstream), and what comes back is compared with the sample printed under it —
-//! statuses, error codes, header names, JSON field names, and the status codes of call
-//! loops — so the samples cannot go stale.
+//! The quickstarts, run: the README's and the full walkthrough's (`docs/quickstart.md`).
+//! Every command block between a document's `quickstart` markers runs in one bash
+//! session against a real gateway in the demo's configuration (its admin token and plan
+//! catalogue, a local upstream), and what comes back is compared with the sample printed
+//! under it — statuses, error codes, header names, JSON field names, and the status
+//! codes of call loops — so the samples cannot go stale.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::PathBuf;
 
 use secrecy::SecretString;
 use serde_json::Value;
+use tollgate::config::{Config, PlanConfig, Sources};
 
 use crate::common::*;
 
@@ -16,16 +18,16 @@ const DEMO_GATEWAY: &str = "http://127.0.0.1:8080";
 const DEMO_ADMIN_TOKEN: &str = "demo-admin-token";
 const END: &str = "@@quickstart-block-end@@";
 
-/// `(commands, sample output)` of each block of the quickstart, in order.
-fn quickstart(readme: &str) -> Vec<(String, String)> {
-    let start = readme
+/// `(commands, sample output)` of each block of a document's quickstart, in order.
+fn quickstart(doc: &str) -> Vec<(String, String)> {
+    let start = doc
         .find("<!-- quickstart -->")
         .expect("a quickstart marker");
-    let end = readme
+    let end = doc
         .find("<!-- /quickstart -->")
         .expect("a quickstart end marker");
     let mut blocks = Vec::new();
-    let mut fences = readme[start..end].split("```").skip(1).step_by(2);
+    let mut fences = doc[start..end].split("```").skip(1).step_by(2);
     let mut pending: Option<String> = None;
     for fence in fences.by_ref() {
         let (info, body) = fence.split_once('\n').unwrap_or((fence, ""));
@@ -129,13 +131,35 @@ fn compare(commands: &str, sample: &str, actual: &str) {
     }
 }
 
-#[tokio::test]
-async fn the_readme_quickstart_answers_what_it_shows() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README.md");
-    let blocks = quickstart(&readme);
-    assert!(blocks.len() >= 3, "the quickstart has its blocks");
-    let app = spawn_app_with(|c| c.admin.token = Some(SecretString::from(DEMO_ADMIN_TOKEN))).await;
+/// The repository's root.
+fn repository() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The demo's plan catalogue (`scripts/demo.toml`), read as `scripts/demo.sh` reads it.
+fn demo_plans() -> Vec<PlanConfig> {
+    let sources = Sources {
+        dir: repository().join("config"),
+        file: Some(repository().join("scripts/demo.toml")),
+        ..Sources::default()
+    };
+    Config::load(&sources)
+        .expect("the demo's configuration")
+        .plans
+}
+
+/// Runs the quickstart of `file` (a path in the repository) against a gateway in the
+/// demo's configuration and compares each block's output with its sample.
+async fn run_quickstart(file: &str) {
+    let doc = std::fs::read_to_string(repository().join(file)).expect(file);
+    let blocks = quickstart(&doc);
+    assert!(blocks.len() >= 3, "the quickstart of {file} has its blocks");
+    let plans = demo_plans();
+    let app = spawn_app_with(|c| {
+        c.admin.token = Some(SecretString::from(DEMO_ADMIN_TOKEN));
+        c.plans = plans;
+    })
+    .await;
 
     let mut script = String::from("set -u\n");
     for (commands, _) in &blocks {
@@ -153,12 +177,27 @@ async fn the_readme_quickstart_answers_what_it_shows() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "{}\n{stdout}",
+        "{file}: {}\n{stdout}",
         String::from_utf8_lossy(&output.stderr)
     );
     let outputs: Vec<&str> = stdout.split(&format!("{END}\n")).collect();
-    assert_eq!(outputs.len(), blocks.len() + 1, "{stdout}");
+    assert_eq!(outputs.len(), blocks.len() + 1, "{file}: {stdout}");
     for ((commands, sample), actual) in blocks.iter().zip(outputs) {
         compare(commands, sample, actual);
     }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{file} leaves files behind: {left:?}");
+}
+
+#[tokio::test]
+async fn the_readme_quickstart_answers_what_it_shows() {
+    run_quickstart("README.md").await;
+}
+
+#[tokio::test]
+async fn the_docs_quickstart_answers_what_it_shows() {
+    run_quickstart("docs/quickstart.md").await;
 }
