@@ -21,10 +21,10 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tollgate::accounting::listener::ListenerSettings;
-use tollgate::accounting::{Accountant, UsageEvent};
 use tollgate::config::UsageCheckConfig;
 use tollgate::throttle::Throttler;
+use tollgate::usage::accounting::listener::ListenerSettings;
+use tollgate::usage::accounting::{Accountant, UsageEvent};
 use uuid::Uuid;
 
 const BATCH: usize = 1_000;
@@ -137,7 +137,7 @@ async fn through_listener(
     let accountant = Accountant::new(pool.clone(), 3000, true, Throttler::disabled());
     let (tx, rx) = mpsc::channel(10_000);
     let stop = CancellationToken::new();
-    let listener = tokio::spawn(tollgate::accounting::listener::run(
+    let listener = tokio::spawn(tollgate::usage::accounting::listener::run(
         accountant,
         rx,
         // The listener as a deployment runs it by default, on the bench's pool of 8.

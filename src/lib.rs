@@ -6,8 +6,9 @@
 //! (the JSON APIs), [`console`] (the operators' web pages), [`portal`] (the customers'
 //! web pages, built from the console's pieces), [`billing`] (payment
 //! webhooks) and [`proxy`] (metered forwarding); those rely on [`auth`] (who is
-//! calling) and [`quota`] (every quota decision, at request time); the proxy publishes
-//! usage events that [`accounting`] records in the ledger, applying quota's rules.
+//! calling) and [`usage`] (the usage domain: every quota decision at request time, and,
+//! in [`usage::accounting`], the usage events the proxy publishes recorded in the ledger
+//! under the same rules).
 //! Both tell [`throttle`] (admission and exhaustion markers) what to mark, and the
 //! throttler alone talks to [`cloudflare`] (the KV REST client); accounting also
 //! records threshold events in [`notify`]'s outbox, which delivers them to the
@@ -16,7 +17,6 @@
 //! [`telemetry`] are leaves every layer may use. `main.rs` only parses the command line and calls [`startup`].
 
 pub mod account;
-pub mod accounting;
 pub mod admin;
 pub mod auth;
 pub mod billing;
@@ -37,7 +37,6 @@ pub mod portal;
 #[cfg(test)]
 mod prop_support;
 pub mod proxy;
-pub mod quota;
 pub mod rejection;
 pub mod request_id;
 pub mod server;
@@ -46,6 +45,7 @@ pub mod state;
 pub mod sync;
 pub mod telemetry;
 pub mod throttle;
+pub mod usage;
 
 pub use config::Config;
 pub use http::router;

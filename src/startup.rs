@@ -21,8 +21,6 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::accounting::transport::{Pipeline, Role};
-use crate::accounting::{self, Accountant, UsagePublisher};
 use crate::auth::account_limits::AccountLimits;
 use crate::auth::attempts::Attempts;
 use crate::auth::key_cache::KeyCache;
@@ -31,13 +29,15 @@ use crate::cloudflare::{CallBudget, KvClient, KvSettings};
 use crate::config::{Config, MarkerStoreKind, UsageTransport};
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
-use crate::quota;
-use crate::quota::key_limits::KeyLimits;
-use crate::quota::standing::QuotaView;
-use crate::quota::subscriptions::Allocation;
 use crate::state::{AppState, Shared};
 use crate::throttle::fleet::budget::PgCallBudget;
 use crate::throttle::{Fleet, MarkerCheck, MarkerStore, ThrottleSettings, Throttler};
+use crate::usage;
+use crate::usage::accounting::transport::{Pipeline, Role};
+use crate::usage::accounting::{self, Accountant, UsagePublisher};
+use crate::usage::key_limits::KeyLimits;
+use crate::usage::standing::QuotaView;
+use crate::usage::subscriptions::Allocation;
 
 /// Installs ring as rustls' process-wide crypto provider (idempotent).
 pub fn install_crypto() {
@@ -355,7 +355,7 @@ fn start_throttler(
     };
     // Whoever writes a marker re-checks the account's standing in PostgreSQL.
     let check = config.usage_check.enabled.then(|| {
-        Arc::new(quota::reconcile::StandingCheck {
+        Arc::new(usage::reconcile::StandingCheck {
             db: db.clone(),
             free_monthly_calls: config.usage.free_monthly_calls,
         }) as Arc<dyn MarkerCheck>
@@ -444,7 +444,7 @@ async fn reconcile_schedule(
         if !throttler.is_lister() {
             continue;
         }
-        match quota::reconcile::reconcile_markers(&db, &throttler, free_monthly_calls, Utc::now())
+        match usage::reconcile::reconcile_markers(&db, &throttler, free_monthly_calls, Utc::now())
             .await
         {
             Ok(_) => {}

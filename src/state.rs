@@ -9,7 +9,6 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 use sqlx::PgPool;
 
-use crate::accounting::UsagePublisher;
 use crate::auth::account_limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
 use crate::auth::password::Passwords;
@@ -18,11 +17,12 @@ use crate::config::Config;
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{ProxyParts, ProxyState};
-use crate::quota::key_limits::KeyLimits;
-use crate::quota::series::PastDays;
-use crate::quota::standing::QuotaView;
-use crate::quota::subscriptions::Allocation;
 use crate::throttle::Throttler;
+use crate::usage::accounting::UsagePublisher;
+use crate::usage::key_limits::KeyLimits;
+use crate::usage::series::PastDays;
+use crate::usage::standing::QuotaView;
+use crate::usage::subscriptions::Allocation;
 
 /// What every handler can reach: one shared allocation, so the router's per-request
 /// clones cost one reference count.

@@ -1,6 +1,6 @@
 //! A key's own monthly limit (SPEC §13), once the key exists:
 //! `PATCH /account/v1/keys/{key_id}` setting or clearing it. The V14 trigger tells every
-//! replica's [`crate::quota::key_limits::KeyLimits`] of the change.
+//! replica's [`crate::usage::key_limits::KeyLimits`] of the change.
 
 use axum::Json;
 use axum::extract::State;

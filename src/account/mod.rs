@@ -2,7 +2,7 @@
 //!
 //! Signup, login, API-key management, the usage report, the plan catalogue and code
 //! redemption, each a thin handler over PostgreSQL, with the per-replica abuse limits
-//! of [`limits`]. Grants and usage figures come from [`crate::quota`].
+//! of [`limits`]. Grants and usage figures come from [`crate::usage`].
 
 pub mod client;
 pub mod key_limit;

@@ -7,8 +7,8 @@ use utoipa::ToSchema;
 
 use crate::config::PlanConfig;
 use crate::error::ErrorBody;
-use crate::quota::rules::Enforcement;
 use crate::state::AppState;
+use crate::usage::rules::Enforcement;
 
 /// One catalogue plan; the payment provider's price id is not shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

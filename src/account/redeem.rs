@@ -20,9 +20,9 @@ use super::client::ClientIp;
 use crate::auth::SessionPrincipal;
 use crate::auth::token::{REDEMPTION_CODE_PREFIX, TokenHash, plausible};
 use crate::error::{ApiError, ErrorBody, JsonBody};
-use crate::quota::rules::Enforcement;
-use crate::quota::subscriptions::{NewSubscription, SubscriptionCreated};
 use crate::state::AppState;
+use crate::usage::rules::Enforcement;
+use crate::usage::subscriptions::{NewSubscription, SubscriptionCreated};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -190,7 +190,7 @@ pub async fn signup(
         }
         _ => ApiError::from(e),
     })?;
-    crate::quota::grants::create_free_subscription(
+    crate::usage::grants::create_free_subscription(
         &mut tx,
         account_id,
         now,

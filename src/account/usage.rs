@@ -9,8 +9,8 @@ use utoipa::IntoParams;
 use crate::auth::AccountPrincipal;
 use crate::error::{ApiError, ErrorBody, QueryParams};
 use crate::month::Month;
-use crate::quota::{self, UsageReport};
 use crate::state::AppState;
+use crate::usage::{self, UsageReport};
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -60,7 +60,7 @@ pub(crate) async fn usage_response(
     let now = Utc::now();
     let month = month_or_current(query, now)?;
     let mut conn = state.db.acquire().await?;
-    quota::report::usage_report(
+    usage::report::usage_report(
         &mut conn,
         account_id,
         month,

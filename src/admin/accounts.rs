@@ -11,8 +11,8 @@ use super::handlers::parse_account_id;
 use crate::account::usage::{MonthQuery, month_or_current};
 use crate::auth::AdminPrincipal;
 use crate::error::{ApiError, ErrorBody, PathParams, QueryParams};
-use crate::quota::series;
 use crate::state::AppState;
+use crate::usage::series;
 
 /// Most accounts per page.
 pub const MAX_LIMIT: i64 = 200;

@@ -11,12 +11,12 @@ use crate::account::usage::{MonthQuery, usage_response};
 use crate::auth::AdminPrincipal;
 use crate::config::{PlanConfig, plan_name_problem};
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams, QueryParams};
-use crate::quota::UsageReport;
-use crate::quota::reconcile::{ReconcileError, reconcile_markers};
-use crate::quota::rules::Enforcement;
-use crate::quota::subscriptions::{ActivationError, NewSubscription, SubscriptionCreated};
 use crate::state::AppState;
 use crate::throttle::ReconcileReport;
+use crate::usage::UsageReport;
+use crate::usage::reconcile::{ReconcileError, reconcile_markers};
+use crate::usage::rules::Enforcement;
+use crate::usage::subscriptions::{ActivationError, NewSubscription, SubscriptionCreated};
 
 /// Unknown fields are refused: a misspelt `expires_at` must not silently become an
 /// open-ended subscription. A `plan` naming a catalogue plan may leave out its figures

@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 
 use crate::state::AppState;
 
-pub use crate::quota::subscriptions::SubscriptionCreated;
+pub use crate::usage::subscriptions::SubscriptionCreated;
 pub use handlers::SubscriptionRequest;
 
 pub fn router() -> Router<AppState> {

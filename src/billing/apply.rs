@@ -13,8 +13,8 @@ use sqlx::PgConnection;
 use super::event::{Checkout, InvoicePaid, SubscriptionDeleted};
 use super::outcome::Outcome;
 use crate::config::{Config, PlanConfig};
-use crate::quota::Standing;
-use crate::quota::subscriptions::{ActivationError, Allocation, NewSubscription};
+use crate::usage::Standing;
+use crate::usage::subscriptions::{ActivationError, Allocation, NewSubscription};
 
 /// What an event did: its outcome, who it concerned, and the standings to settle
 /// once the transaction commits.

@@ -25,9 +25,9 @@ use super::event::{Envelope, Event};
 use super::outcome::Outcome;
 use super::signature::verify;
 use crate::error::{ApiError, ErrorBody};
-use crate::quota::subscriptions::ActivationError;
 use crate::state::AppState;
 use crate::telemetry::RateLimitedLog;
+use crate::usage::subscriptions::ActivationError;
 
 /// What the gateway answers Stripe (Stripe reads only the status).
 #[derive(Debug, Serialize, ToSchema)]

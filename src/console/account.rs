@@ -18,12 +18,12 @@ use crate::account::keys::keys_of;
 use crate::account::usage::{MonthQuery, month_or_current};
 use crate::error::ApiError;
 use crate::month::Month;
-use crate::quota::grants::load_subscriptions;
-use crate::quota::report::usage_report;
-use crate::quota::rules::active_subscription;
-use crate::quota::series;
-use crate::quota::topups::topups_of;
 use crate::state::AppState;
+use crate::usage::grants::load_subscriptions;
+use crate::usage::report::usage_report;
+use crate::usage::rules::active_subscription;
+use crate::usage::series;
+use crate::usage::topups::topups_of;
 
 /// Date fields are plain text in one stated format: a browser's `datetime-local` field
 /// shows the reader's locale (US month-first, say) under a "UTC" label.

@@ -15,8 +15,8 @@ use super::page::{Frame, Problem, Section, html_response, shell};
 use super::session::ConsoleSession;
 use crate::admin::accounts::{cursor_of, search_of};
 use crate::error::ApiError;
-use crate::quota::series::{self, AccountPage};
 use crate::state::AppState;
+use crate::usage::series::{self, AccountPage};
 
 /// Accounts per page.
 const PAGE: i64 = 50;

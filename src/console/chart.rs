@@ -10,7 +10,7 @@ use maud::{Markup, html};
 
 use super::page::grouped;
 use crate::month::Month;
-use crate::quota::series::DayUsage;
+use crate::usage::series::DayUsage;
 
 const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 220.0;

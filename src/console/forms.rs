@@ -19,8 +19,8 @@ use crate::admin::handlers::{SubscriptionRequest, activation_error, validate};
 use crate::admin::topups::{GrantRequest, validate_grant};
 use crate::error::ApiError;
 use crate::month::Month;
-use crate::quota::rules::Enforcement;
 use crate::state::AppState;
+use crate::usage::rules::Enforcement;
 
 pub async fn add_subscription(
     State(state): State<AppState>,

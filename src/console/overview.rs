@@ -11,8 +11,8 @@ use super::chart::{daily_calls, days_in};
 use super::page::{Frame, Problem, Section, grouped, html_response, shell};
 use super::session::ConsoleSession;
 use crate::month::Month;
-use crate::quota::series::{self, AccountRow};
 use crate::state::AppState;
+use crate::usage::series::{self, AccountRow};
 
 /// Exhausted accounts listed on the overview (all of them are counted).
 const EXHAUSTED_SHOWN: usize = 20;

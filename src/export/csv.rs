@@ -12,7 +12,7 @@ use futures_util::Stream;
 use sqlx::PgPool;
 
 use crate::month::Month;
-use crate::quota::report::standings;
+use crate::usage::report::standings;
 
 /// Accounts read and written per page.
 pub const PAGE: i64 = 1_000;
@@ -133,7 +133,7 @@ async fn page_rows(cursor: &Cursor, page: Vec<Line>) -> Result<Bytes, sqlx::Erro
             let (plan, allowance) = by_id
                 .get(&line.account_id)
                 .cloned()
-                .unwrap_or_else(|| (crate::quota::rules::FREE_PLAN.to_owned(), 0));
+                .unwrap_or_else(|| (crate::usage::rules::FREE_PLAN.to_owned(), 0));
             [
                 line.account_id.to_string(),
                 text_cell(line.email),

@@ -88,7 +88,7 @@ fn alternatives(plans: &[PlanConfig]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::rules::Enforcement;
+    use crate::usage::rules::Enforcement;
 
     fn plan(name: &str) -> PlanConfig {
         PlanConfig {

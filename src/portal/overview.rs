@@ -13,8 +13,8 @@ use super::session::Customer;
 use crate::account::usage::{MonthQuery, usage_response};
 use crate::console::chart::{daily_units, days_in};
 use crate::console::page::grouped;
-use crate::quota::series;
 use crate::state::AppState;
+use crate::usage::series;
 
 /// `?done=`, the notice a form left.
 #[derive(Debug, Deserialize)]

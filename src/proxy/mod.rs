@@ -24,16 +24,16 @@ use axum::response::IntoResponse;
 use chrono::Utc;
 use metrics::Histogram;
 
-use crate::accounting::UsageEvent;
 use crate::auth::api_key::authenticate_key;
 use crate::auth::refusal::{Refusal, refused};
 use crate::error::ApiError;
-use crate::quota::Standing;
-use crate::quota::key_limits::KeyVerdict;
-use crate::quota::standing::Verdict;
 use crate::request_id::RequestId;
 use crate::server::body::RequestBodyError;
 use crate::telemetry::{RateLimitedLog, Registered};
+use crate::usage::Standing;
+use crate::usage::accounting::UsageEvent;
+use crate::usage::key_limits::KeyVerdict;
+use crate::usage::standing::Verdict;
 pub use state::{ProxyParts, ProxyState};
 
 /// Longest route kept in a ledger row.

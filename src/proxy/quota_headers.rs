@@ -16,7 +16,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use crate::month::{Day, Month, seconds_until};
-use crate::quota::Standing;
+use crate::usage::Standing;
 
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -91,7 +91,7 @@ pub fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::rules::{DailyStanding, Enforcement};
+    use crate::usage::rules::{DailyStanding, Enforcement};
 
     fn standing(daily: Option<DailyStanding>) -> Standing {
         Standing {

@@ -7,12 +7,12 @@ use sqlx::PgPool;
 
 use super::pricing::Pricing;
 use super::upstream::Upstream;
-use crate::accounting::UsagePublisher;
 use crate::auth::key_cache::KeyCache;
 use crate::config::Config;
-use crate::quota::key_limits::KeyLimits;
-use crate::quota::standing::QuotaView;
 use crate::throttle::Throttler;
+use crate::usage::accounting::UsagePublisher;
+use crate::usage::key_limits::KeyLimits;
+use crate::usage::standing::QuotaView;
 
 /// What a proxied call reads. One shared allocation, so a request's copy costs one
 /// reference count.

@@ -15,7 +15,7 @@ pub use std::time::Duration;
 pub use chrono::{DateTime, Utc};
 pub use serde_json::{Value, json};
 pub use tollgate::config::{Config, PlanConfig};
-pub use tollgate::quota::rules::Enforcement;
+pub use tollgate::usage::rules::Enforcement;
 
 use hmac::{Hmac, Mac};
 use reqwest::Response;

@@ -8,9 +8,9 @@ mod processes;
 
 use chrono::{DateTime, Utc};
 use secrecy::SecretString;
-use tollgate::accounting::UsageEvent;
 use tollgate::config::Config;
 use tollgate::export::{Exporter, MeterSettings};
+use tollgate::usage::accounting::UsageEvent;
 use tollgate_testkit::stripe::{API_KEY, EVENT_NAME, FakeStripe};
 
 use crate::common::*;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::{NatsServer, TestStream};
 use crate::common::*;
-use tollgate::accounting::UsageEvent;
+use tollgate::usage::accounting::UsageEvent;
 use uuid::Uuid;
 
 const DAILY: &str = "/vedic/v1/horoscope/daily";
@@ -99,7 +99,7 @@ async fn a_message_delivered_twice_is_accounted_once() {
         key_reserved_by: None,
     };
     let context = js.jetstream().await;
-    let (headers, payload) = tollgate::accounting::jetstream::encode(&event);
+    let (headers, payload) = tollgate::usage::accounting::jetstream::encode(&event);
     // The same publish retried: the stream's duplicate window stores it once.
     for _ in 0..2 {
         let ack = context

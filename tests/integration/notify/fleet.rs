@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tollgate::accounting::{Accountant, UsageEvent};
-use tollgate::quota::grants::create_free_subscription;
-use tollgate::quota::standing::QuotaView;
-use tollgate::quota::subscriptions::{Allocation, NewSubscription};
 use tollgate::throttle::Throttler;
+use tollgate::usage::accounting::{Accountant, UsageEvent};
+use tollgate::usage::grants::create_free_subscription;
+use tollgate::usage::standing::QuotaView;
+use tollgate::usage::subscriptions::{Allocation, NewSubscription};
 
 use super::*;
 use crate::common::{TestDb, spawn_app_with, spawn_replica, test_config};

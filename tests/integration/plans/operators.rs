@@ -131,7 +131,7 @@ async fn migrating_a_database_of_the_previous_schema_keeps_every_meaning() {
             .await
             .unwrap();
     assert_eq!((calls, units), (3, 3));
-    let report = tollgate::quota::report::usage_report(
+    let report = tollgate::usage::report::usage_report(
         &mut pool.acquire().await.unwrap(),
         account,
         Month::containing(Utc::now()),

@@ -93,7 +93,7 @@ async fn credit_pays_once_the_allowance_is_used_up_and_only_once() {
     .fetch_all(&app.db.pool)
     .await
     .unwrap();
-    let again = tollgate::accounting::UsageEvent {
+    let again = tollgate::usage::accounting::UsageEvent {
         transaction_id: ledger[3].0,
         account_id: customer.account_id,
         key_id: customer.key_id,

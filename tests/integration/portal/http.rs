@@ -4,7 +4,7 @@
 use reqwest::header::{CONTENT_SECURITY_POLICY, COOKIE, SET_COOKIE, X_FRAME_OPTIONS};
 use serde_json::{Value, json};
 use tollgate::config::{Config, PlanConfig};
-use tollgate::quota::rules::Enforcement;
+use tollgate::usage::rules::Enforcement;
 
 use super::*;
 

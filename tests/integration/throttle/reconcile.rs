@@ -100,10 +100,10 @@ fn methods_and_paths(kv: &FakeKv) -> Vec<(String, String)> {
 }
 
 /// One completed call for each account, now.
-fn one_call_each(accounts: &[i64]) -> Vec<tollgate::accounting::UsageEvent> {
+fn one_call_each(accounts: &[i64]) -> Vec<tollgate::usage::accounting::UsageEvent> {
     accounts
         .iter()
-        .map(|&account_id| tollgate::accounting::UsageEvent {
+        .map(|&account_id| tollgate::usage::accounting::UsageEvent {
             transaction_id: uuid::Uuid::new_v4(),
             account_id,
             key_id: 0,

@@ -2,7 +2,7 @@
 //! to `usage_daily_closed` when the account's next day begins (migration V16); readers
 //! see every day through `usage_daily`, whichever place holds it.
 
-use tollgate::quota::series;
+use tollgate::usage::series;
 
 use super::*;
 use crate::common::TestDb;
@@ -126,7 +126,7 @@ async fn a_day_counted_before_the_upgrade_moves_onto_the_row_and_is_judged_whole
     let allocation = Allocation {
         db: pool.clone(),
         throttler: Throttler::disabled(),
-        quota: tollgate::quota::standing::QuotaView::disabled(),
+        quota: tollgate::usage::standing::QuotaView::disabled(),
         free_monthly_calls: FREE,
         metering: true,
     };

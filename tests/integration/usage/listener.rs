@@ -8,23 +8,28 @@ use crate::common::TestDb;
 
 /// A usage listener over `pool` (batches of up to 16, a 10 s drain) and its queue.
 struct Listener {
-    publisher: tollgate::accounting::event::UsagePublisher,
+    publisher: tollgate::usage::accounting::event::UsagePublisher,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Listener {
     fn start(pool: &PgPool, linger: Duration, concurrent_batches: usize, lanes: usize) -> Self {
-        let (publisher, rx) = tollgate::accounting::event::queue(16);
+        let (publisher, rx) = tollgate::usage::accounting::event::queue(16);
         let stop = CancellationToken::new();
-        let settings = tollgate::accounting::listener::ListenerSettings {
+        let settings = tollgate::usage::accounting::listener::ListenerSettings {
             batch_size: 16,
             batch_linger: linger,
             concurrent_batches,
             account_lanes: lanes,
             drain_timeout: Duration::from_secs(10),
         };
-        let run = tollgate::accounting::listener::run(accountant(pool), rx, settings, stop.clone());
+        let run = tollgate::usage::accounting::listener::run(
+            accountant(pool),
+            rx,
+            settings,
+            stop.clone(),
+        );
         let task = tokio::spawn(run);
         Self {
             publisher,
@@ -195,7 +200,7 @@ async fn a_subscription_activated_while_a_batch_waits_for_the_lock_is_in_force_f
     let batch = vec![event(id, Utc::now())];
     let waiting_batch = tokio::spawn(async move {
         accountant
-            .account_now(&batch, tollgate::accounting::Locks::Wait)
+            .account_now(&batch, tollgate::usage::accounting::Locks::Wait)
             .await
     });
     let waiting = "SELECT count(*) FROM pg_stat_activity

@@ -23,13 +23,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgPool, Postgres};
-use tollgate::accounting::{Accountant, BatchOutcome, UsageEvent};
 use tollgate::month::Month;
-use tollgate::quota::UsageReport;
-use tollgate::quota::grants::create_free_subscription;
-use tollgate::quota::report::usage_report;
-use tollgate::quota::subscriptions::{Allocation, NewSubscription};
 use tollgate::throttle::Throttler;
+use tollgate::usage::UsageReport;
+use tollgate::usage::accounting::{Accountant, BatchOutcome, UsageEvent};
+use tollgate::usage::grants::create_free_subscription;
+use tollgate::usage::report::usage_report;
+use tollgate::usage::subscriptions::{Allocation, NewSubscription};
 use uuid::Uuid;
 
 use crate::common::eventually;
@@ -118,7 +118,7 @@ async fn subscribe(
     let allocation = Allocation {
         db: pool.clone(),
         throttler: Throttler::disabled(),
-        quota: tollgate::quota::standing::QuotaView::disabled(),
+        quota: tollgate::usage::standing::QuotaView::disabled(),
         free_monthly_calls: FREE,
         metering: true,
     };

@@ -19,8 +19,8 @@ use super::batch::{KnownSnapshots, Shared, account_batch};
 use super::event::UsageEvent;
 use super::partitions::{Partitions, is_missing_partition};
 use crate::month::Month;
-use crate::quota::standing::QuotaView;
 use crate::throttle::Throttler;
+use crate::usage::standing::QuotaView;
 
 /// Default bound of a wait for an account's row lock.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(1);

@@ -23,13 +23,13 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::acks::{Acks, Delivery, keep_alive};
-use crate::accounting::driver::{
-    Deferred, ListenerSettings, SET_ASIDE_CAPACITY, SetAside, account_guarded,
-};
-use crate::accounting::event::UsageEvent;
-use crate::accounting::ledger::Accountant;
 use crate::config::NatsConfig;
 use crate::telemetry::RateLimitedLog;
+use crate::usage::accounting::driver::{
+    Deferred, ListenerSettings, SET_ASIDE_CAPACITY, SetAside, account_guarded,
+};
+use crate::usage::accounting::event::UsageEvent;
+use crate::usage::accounting::ledger::Accountant;
 
 /// Idle heartbeat asked of the server while pulling: two missed ones end the pull.
 const PULL_HEARTBEAT: Duration = Duration::from_secs(5);

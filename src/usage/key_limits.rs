@@ -5,7 +5,7 @@
 //! [`ENTRY_TTL`] passes or a `NOTIFY` on [`CHANNEL`] (sent by the V14 trigger whenever
 //! a key's `monthly_limit` changes) names it. A key without a limit costs nothing more.
 //! Through a limited key a replica forwards a call only on units it has reserved, as
-//! hard plans do (`quota.rs`): it reserves a block under the key's row lock, counting
+//! hard plans do (`standing`): it reserves a block under the key's row lock, counting
 //! against the limit what was accounted (`key_usage_counter`) and what every replica
 //! holds or has forwarded but not yet had accounted (`key_quota_reservation`), read in
 //! one statement, so across replicas the units forwarded never exceed the limit except

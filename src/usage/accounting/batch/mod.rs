@@ -21,7 +21,7 @@ use super::event::UsageEvent;
 use super::key_counters::record_keys;
 use super::ledger_sql::{insert_ledger_rows, settle_reservations};
 use crate::month::{Day, Month};
-use crate::quota::announce::announce_standings;
+use crate::usage::announce::announce_standings;
 use snapshots::{ensure_grants, read_allowances, remember};
 use standings::{judge_markers, pay_from_credit, record_thresholds};
 use value::Batch;

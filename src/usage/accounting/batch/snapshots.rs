@@ -8,12 +8,12 @@ use sqlx::PgConnection;
 
 use super::value::{Batch, KnownSnapshots, Shared};
 use crate::month::Month;
-use crate::quota::grants::{
+use crate::sync::lock;
+use crate::usage::grants::{
     Grant, allowance_of, ensure_free_subscriptions, ensure_snapshots, load_snapshots,
     load_subscriptions,
 };
-use crate::quota::rules::{Subscription, active_subscription};
-use crate::sync::lock;
+use crate::usage::rules::{Subscription, active_subscription};
 
 /// Beyond this many remembered snapshots the memory starts over (months roll on).
 const MAX_KNOWN_SNAPSHOTS: usize = 1_000_000;

@@ -9,11 +9,11 @@ use uuid::Uuid;
 
 use super::super::event::UsageEvent;
 use crate::month::{Day, Month};
-use crate::quota::grants::Grant;
-use crate::quota::rules::{Standing, Subscription};
-use crate::quota::spending::Credit;
-use crate::quota::standing::QuotaView;
 use crate::throttle::Throttler;
+use crate::usage::grants::Grant;
+use crate::usage::rules::{Standing, Subscription};
+use crate::usage::spending::Credit;
+use crate::usage::standing::QuotaView;
 
 /// Snapshots known to exist, by subscription and month, with their allowance once it
 /// has been read. Rows of `monthly_usage` are never changed or deleted, so what was

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::{Entry, Inner, MAX_ENTRIES};
 use crate::month::{Day, Month};
-use crate::quota::report::month_standing_pages;
+use crate::usage::report::month_standing_pages;
 
 /// Most standings read at start, and the accounts read per statement meanwhile.
 const PRELOAD_MAX: usize = MAX_ENTRIES / 2;

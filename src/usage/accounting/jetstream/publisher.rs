@@ -21,9 +21,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::accounting::event::UsageEvent;
 use crate::config::NatsConfig;
 use crate::telemetry::{RateLimitedLog, Registered};
+use crate::usage::accounting::event::UsageEvent;
 
 /// First pause after a failed publish; it doubles up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);

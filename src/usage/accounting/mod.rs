@@ -4,7 +4,7 @@
 //! transaction of named stages (`batch.rs`) and tells the throttler when an account's
 //! current month is used up.
 //!
-//! It builds on `crate::quota` for every rule and figure it applies; nothing there
+//! It builds on `crate::usage` for every rule and figure it applies; nothing there
 //! imports it.
 
 mod batch;

@@ -9,9 +9,9 @@ use super::super::ledger_sql::spend;
 use super::super::thresholds::batch_events;
 use super::value::{Batch, Shared};
 use crate::month::{Day, Month};
-use crate::quota::report::load_credits;
-use crate::quota::rules::{MarkerAction, daily_marker_action, marker_action, standing_of};
-use crate::quota::spending::{beyond_allowance, credits_at, spend_credits};
+use crate::usage::report::load_credits;
+use crate::usage::rules::{MarkerAction, daily_marker_action, marker_action, standing_of};
+use crate::usage::spending::{beyond_allowance, credits_at, spend_credits};
 
 /// Pays the units the batch took past each month's allowance from top-up credit,
 /// earliest expiry first.

@@ -1,7 +1,7 @@
 //! What one accounting transaction adds to the per-key counters (SPEC §13):
 //! `key_usage_counter`, which `GET /account/v1/keys` reads as `used`, and the units of
 //! limited keys that move from reserved by a replica (`key_quota_reservation`, see
-//! `quota::key_limits`) to accounted.
+//! `usage::key_limits`) to accounted.
 
 use std::collections::BTreeMap;
 
