@@ -17,6 +17,7 @@
 //! [`telemetry`] are leaves every layer may use. `main.rs` only parses the command line and calls [`startup`].
 
 pub mod account;
+pub mod accounts;
 pub mod admin;
 pub mod auth;
 pub mod billing;
@@ -46,6 +47,7 @@ pub mod sync;
 pub mod telemetry;
 pub mod throttle;
 pub mod usage;
+pub mod web;
 
 pub use config::Config;
 pub use http::router;

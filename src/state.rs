@@ -9,6 +9,7 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 use sqlx::PgPool;
 
+use crate::accounts::credentials::Credentials;
 use crate::auth::account_limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
 use crate::auth::password::Passwords;
@@ -120,6 +121,15 @@ impl std::ops::Deref for AppState {
 }
 
 impl Shared {
+    /// What signing up and in take: the database, the hashing gate, the abuse limits.
+    pub fn credentials(&self) -> Credentials<'_> {
+        Credentials {
+            db: &self.db,
+            passwords: &self.passwords,
+            limits: &self.limits,
+        }
+    }
+
     /// Whether usage is metered (false in local unlimited mode).
     pub fn metering(&self) -> bool {
         self.config.usage_check.enabled

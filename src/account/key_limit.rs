@@ -8,9 +8,10 @@ use serde::{Deserialize, Deserializer};
 use utoipa::ToSchema;
 
 use super::keys::{KeySummary, checked_limit};
+use crate::accounts::keys::set_key_limit;
 use crate::auth::SessionPrincipal;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams};
-use crate::month::Month;
+
 use crate::state::AppState;
 
 /// The body of `PATCH /account/v1/keys/{key_id}` (as documented; read as
@@ -37,39 +38,6 @@ impl<'de> Deserialize<'de> for KeyLimitChangeBody {
 
 /// [`KeyLimitChange`] as read: `None` when `monthly_limit` is missing.
 pub struct KeyLimitChangeBody(Option<Option<i64>>);
-
-/// Sets (or with `None` clears) the limit of `account_id`'s key `key_id`; the key as it
-/// now is, `KEY_NOT_FOUND` when the account has no such live key (a revoked key's limit
-/// no longer matters, and is left as it was). Shared with the portal.
-pub async fn set_key_limit(
-    state: &AppState,
-    account_id: i64,
-    key_id: i64,
-    monthly_limit: Option<i64>,
-) -> Result<KeySummary, ApiError> {
-    let month = Month::containing(chrono::Utc::now());
-    let key: Option<KeySummary> = sqlx::query_as(
-        "WITH changed AS (
-             UPDATE api_key SET monthly_limit = $3
-             WHERE id = $1 AND account_id = $2 AND revoked_at IS NULL
-             RETURNING id, prefix, created_at, revoked_at, monthly_limit)
-         SELECT k.id AS key_id, k.prefix, k.created_at, k.revoked_at, k.monthly_limit,
-                coalesce(c.used, 0) AS used
-         FROM changed k
-         LEFT JOIN key_usage_counter c ON c.key_id = k.id AND c.month_start = $4",
-    )
-    .bind(key_id)
-    .bind(account_id)
-    .bind(monthly_limit)
-    .bind(month.start())
-    .fetch_optional(&state.db)
-    .await?;
-    let key = key.ok_or(ApiError::KeyNotFound)?;
-    // This replica follows at once; the others hear the trigger's notification.
-    state.key_limits.forget(key_id);
-    tracing::info!(account_id, key_id, monthly_limit, "api key limit changed");
-    Ok(key)
-}
 
 /// Sets or clears a key's monthly limit. A call through a key whose month is used up is
 /// refused with `429 KEY_QUOTA_EXCEEDED`; the account's other keys are unaffected.
@@ -102,7 +70,14 @@ pub async fn patch_key(
     };
     let limit = checked_limit(limit)?;
     Ok(Json(
-        set_key_limit(&state, session.account_id, key_id, limit).await?,
+        set_key_limit(
+            &state.db,
+            &state.key_limits,
+            session.account_id,
+            key_id,
+            limit,
+        )
+        .await?,
     ))
 }
 

@@ -4,7 +4,6 @@
 //! redemption, each a thin handler over PostgreSQL, with the per-replica abuse limits
 //! of [`limits`]. Grants and usage figures come from [`crate::usage`].
 
-pub mod client;
 pub mod key_limit;
 pub mod keys;
 pub mod plans;

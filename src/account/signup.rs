@@ -9,17 +9,13 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::client::ClientIp;
-use super::keys::insert_key;
-use crate::auth::account_limits::EMAIL_SLOWDOWN;
-use crate::auth::session;
-use crate::auth::token::{API_KEY_PREFIX, PlainToken};
+pub use crate::accounts::credentials::{MAX_EMAIL_CHARS, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
+#[cfg(test)]
+use crate::accounts::credentials::{check_password, normalize_email};
+use crate::accounts::credentials::{log_in, sign_up};
 use crate::error::{ApiError, ErrorBody, JsonBody};
 use crate::state::AppState;
-
-pub(crate) const MIN_PASSWORD_CHARS: usize = 8;
-pub(crate) const MAX_PASSWORD_CHARS: usize = 1024;
-pub(crate) const MAX_EMAIL_CHARS: usize = 254;
+use crate::web::client::ClientIp;
 
 /// Unknown fields are refused (422), as on every account and admin route. `Debug` shows
 /// the email and never the password.
@@ -104,48 +100,6 @@ pub struct LoginResponse {
     pub expires_at: DateTime<Utc>,
 }
 
-fn normalize_email(raw: &str) -> Result<String, ApiError> {
-    let email = raw.trim().to_lowercase();
-    // Counted as given, like the document's maxLength: trimming shortens, and lowercasing
-    // can lengthen a few characters (`İ` is two).
-    let valid = raw.chars().count() <= MAX_EMAIL_CHARS
-        && !email.chars().any(|c| c.is_whitespace() || c.is_control())
-        && match email.split_once('@') {
-            Some((local, domain)) => {
-                !local.is_empty()
-                    && !domain.contains('@')
-                    && domain.contains('.')
-                    && !domain.starts_with('.')
-                    && !domain.ends_with('.')
-            }
-            None => false,
-        };
-    if valid {
-        Ok(email)
-    } else {
-        Err(ApiError::Validation(format!(
-            "email must be an address like ann@example.com: at most {MAX_EMAIL_CHARS} \
-             characters, one @ after at least one character, a domain with a dot inside \
-             it, no spaces or control characters"
-        )))
-    }
-}
-
-fn check_password(password: &str) -> Result<(), ApiError> {
-    let n = password.chars().count();
-    if n < MIN_PASSWORD_CHARS {
-        return Err(ApiError::Validation(format!(
-            "password must have at least {MIN_PASSWORD_CHARS} characters"
-        )));
-    }
-    if n > MAX_PASSWORD_CHARS {
-        return Err(ApiError::Validation(format!(
-            "password must have at most {MAX_PASSWORD_CHARS} characters"
-        )));
-    }
-    Ok(())
-}
-
 /// Creates an account with its free subscription, its first API key and (unless
 /// metering is off) the free grant of the current month, in one transaction.
 #[utoipa::path(post, path = "/account/v1/signup", tag = "account",
@@ -168,46 +122,22 @@ pub async fn signup(
     ClientIp(ip): ClientIp,
     JsonBody(req): JsonBody<SignupRequest>,
 ) -> Result<(StatusCode, Json<SignupResponse>), ApiError> {
-    let email = normalize_email(&req.email)?;
-    check_password(&req.password)?;
-    // Counted before the costly hash; invalid requests cost nothing and are not counted.
-    let now = Utc::now();
-    state.limits.signup(ip, now).await?;
-    let password_hash = state.passwords.hash(req.password).await?;
-    let key = PlainToken::generate(API_KEY_PREFIX);
-
-    let mut tx = state.db.begin().await?;
-    let account_id: i64 = sqlx::query_scalar(
-        "INSERT INTO account (email, password_hash) VALUES ($1, $2) RETURNING id",
-    )
-    .bind(&email)
-    .bind(&password_hash)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(|e| match &e {
-        sqlx::Error::Database(db) if db.constraint() == Some("account_email_key") => {
-            ApiError::EmailTaken
-        }
-        _ => ApiError::from(e),
-    })?;
-    crate::usage::grants::create_free_subscription(
-        &mut tx,
-        account_id,
-        now,
+    let created = sign_up(
+        &state.credentials(),
+        &req.email,
+        req.password,
+        ip,
+        Utc::now(),
         state.config.usage.free_monthly_calls,
         state.metering(),
     )
     .await?;
-    let key_id = insert_key(&mut tx, account_id, &key).await?;
-    tx.commit().await?;
-
-    tracing::info!(account_id, "account created");
     Ok((
         StatusCode::CREATED,
         Json(SignupResponse {
-            account_id,
-            key_id,
-            api_key: key.reveal(),
+            account_id: created.account_id,
+            key_id: created.key_id,
+            api_key: created.api_key.reveal(),
         }),
     ))
 }
@@ -233,63 +163,20 @@ pub async fn login(
     ClientIp(ip): ClientIp,
     JsonBody(req): JsonBody<LoginRequest>,
 ) -> Result<Json<LoginResponse>, ApiError> {
-    let email = req.email.trim().to_lowercase();
-    let now = Utc::now();
-    // Counted before anything is verified: past the failure limit of this address (or of
-    // this email from it) nothing is, not even the right password.
-    let attempt = state.limits.login(&email, ip, now).await?;
-    if attempt.slowed {
-        tokio::time::sleep(EMAIL_SLOWDOWN).await;
-    }
-    let account_id = match verify_login(&state, &email, req).await {
-        Ok(Some(account_id)) => {
-            state.limits.succeeded(attempt, now).await?;
-            account_id
-        }
-        Ok(None) => {
-            state.limits.failed(attempt, now).await?;
-            tracing::info!("login refused");
-            return Err(ApiError::InvalidCredentials);
-        }
-        // Not a failed guess (the database or the hashing queue): nothing stays counted.
-        Err(e) => {
-            state.limits.succeeded(attempt, now).await?;
-            return Err(e);
-        }
-    };
-
     let ttl = i64::try_from(state.config.account.session_ttl_seconds).unwrap_or(i64::MAX);
-    let (token, expires_at) = session::create(&state.db, account_id, ttl, now).await?;
+    let (token, expires_at) = log_in(
+        &state.credentials(),
+        &req.email,
+        req.password,
+        ip,
+        Utc::now(),
+        ttl,
+    )
+    .await?;
     Ok(Json(LoginResponse {
         token: token.reveal(),
         expires_at,
     }))
-}
-
-/// The account whose email and password these are, if any.
-async fn verify_login(
-    state: &AppState,
-    email: &str,
-    req: LoginRequest,
-) -> Result<Option<i64>, ApiError> {
-    // No stored account can match these; answer without asking the database.
-    if req.password.chars().count() > MAX_PASSWORD_CHARS
-        || req.email.chars().count() > MAX_EMAIL_CHARS
-        || req.email.contains('\0')
-    {
-        return Ok(None);
-    }
-    let row: Option<(i64, String)> =
-        sqlx::query_as("SELECT id, password_hash FROM account WHERE lower(email) = $1")
-            .bind(email)
-            .fetch_optional(&state.db)
-            .await?;
-    let (account_id, phc) = match row {
-        Some((id, phc)) => (Some(id), Some(phc)),
-        None => (None, None),
-    };
-    let matches = state.passwords.verify(req.password, phc).await?;
-    Ok(account_id.filter(|_| matches))
 }
 
 #[cfg(test)]

@@ -8,11 +8,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::handlers::parse_account_id;
-use crate::account::usage::{MonthQuery, month_or_current};
 use crate::auth::AdminPrincipal;
 use crate::error::{ApiError, ErrorBody, PathParams, QueryParams};
 use crate::state::AppState;
 use crate::usage::series;
+use crate::web::params::{MonthQuery, month_or_current};
+use crate::web::params::{cursor_of, search_of};
 
 /// Most accounts per page.
 pub const MAX_LIMIT: i64 = 200;
@@ -101,31 +102,6 @@ pub async fn list_accounts(
             .collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
     }))
-}
-
-/// Where a page of the list starts: after the account id a `next_cursor` named.
-pub(crate) fn cursor_of(cursor: Option<&str>) -> Result<i64, ApiError> {
-    match cursor {
-        None | Some("") => Ok(0),
-        // The document's pattern: up to 18 digits, so every cursor it allows parses.
-        Some(c) if c.len() <= 18 && c.bytes().all(|b| b.is_ascii_digit()) => {
-            Ok(c.parse().expect("18 digits fit an i64"))
-        }
-        Some(_) => Err(ApiError::Validation(
-            "cursor is not one this API gave (up to 18 digits)".into(),
-        )),
-    }
-}
-
-/// The search text, trimmed (none when empty); refused when, as given, it is too long to
-/// be an email or holds a NUL (the document's `maxLength` and pattern).
-pub(crate) fn search_of(q: Option<&str>) -> Result<Option<&str>, ApiError> {
-    if q.is_some_and(|q| q.chars().count() > 254 || q.contains('\0')) {
-        return Err(ApiError::Validation(
-            "q must have at most 254 characters and no NUL".into(),
-        ));
-    }
-    Ok(q.map(str::trim).filter(|q| !q.is_empty()))
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]

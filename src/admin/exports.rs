@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::handlers::parse_account_id;
-use crate::account::usage::{MonthQuery, month_or_current};
 use crate::auth::AdminPrincipal;
 use crate::error::{ApiError, ErrorBody, PathParams, QueryParams};
 use crate::export::{csv, windows};
 use crate::state::AppState;
+use crate::web::params::{MonthQuery, month_or_current};
 
 /// Most windows per answer.
 pub const MAX_WINDOWS: i64 = 200;

@@ -7,50 +7,17 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::handlers::{activation_error, parse_account_id};
+use super::handlers::parse_account_id;
 use crate::auth::AdminPrincipal;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams};
-use crate::month::storable;
 use crate::state::AppState;
-
-/// Largest top-up at once.
-pub(crate) const MAX_CALLS: i64 = 1_000_000_000_000;
-
-/// Unknown fields are refused, as for subscriptions.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct GrantRequest {
-    /// Units of credit, 1 to 10^12.
-    #[serde(deserialize_with = "crate::json_number::whole")]
-    #[schema(minimum = 1, maximum = 1_000_000_000_000_i64)]
-    pub calls: i64,
-    /// When the credit lapses (exclusive); `null` for never.
-    pub expires_at: Option<DateTime<Utc>>,
-}
+use crate::usage::requests::{GrantRequest, validate_grant};
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct GrantCreated {
     pub grant_id: i64,
     pub calls: i64,
     pub expires_at: Option<DateTime<Utc>>,
-}
-
-/// Refuses a top-up of `calls` outside 1 to 10^12, or lapsing at or before `now`;
-/// shared by the admin API and the console's form.
-pub(crate) fn validate_grant(req: &GrantRequest, now: DateTime<Utc>) -> Result<(), ApiError> {
-    if !(1..=MAX_CALLS).contains(&req.calls) {
-        return Err(ApiError::Validation(format!(
-            "calls must be from 1 to {MAX_CALLS}"
-        )));
-    }
-    if let Some(end) = req.expires_at
-        && (!storable(end) || end <= now)
-    {
-        return Err(ApiError::Validation(
-            "expires_at must be a real instant in the future".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// Adds top-up credit, spent once the month's allowance is used up.
@@ -82,7 +49,7 @@ pub async fn create_grant(
         .allocation
         .add_credit(account_id, req.calls, req.expires_at, now)
         .await
-        .map_err(activation_error)?;
+        .map_err(ApiError::from)?;
     Ok((
         StatusCode::CREATED,
         Json(GrantCreated {

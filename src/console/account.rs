@@ -11,11 +11,9 @@ use chrono::{DateTime, Duration, Utc};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::chart::{daily_calls, days_in};
 use super::page::{Frame, Problem, Section, csrf_field, grouped, html_response, shell};
 use super::session::ConsoleSession;
-use crate::account::keys::keys_of;
-use crate::account::usage::{MonthQuery, month_or_current};
+use crate::accounts::keys::keys_of;
 use crate::error::ApiError;
 use crate::month::Month;
 use crate::state::AppState;
@@ -24,6 +22,8 @@ use crate::usage::report::usage_report;
 use crate::usage::rules::active_subscription;
 use crate::usage::series;
 use crate::usage::topups::topups_of;
+use crate::web::chart::{daily_calls, days_in};
+use crate::web::params::{MonthQuery, month_or_current};
 
 /// Date fields are plain text in one stated format: a browser's `datetime-local` field
 /// shows the reader's locale (US month-first, say) under a "UTC" label.

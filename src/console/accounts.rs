@@ -13,10 +13,10 @@ use serde::Deserialize;
 use super::overview::accounts_table;
 use super::page::{Frame, Problem, Section, html_response, shell};
 use super::session::ConsoleSession;
-use crate::admin::accounts::{cursor_of, search_of};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::usage::series::{self, AccountPage};
+use crate::web::params::{cursor_of, search_of};
 
 /// Accounts per page.
 const PAGE: i64 = 50;

@@ -15,11 +15,10 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use super::account::{Echo, SubscriptionFields, TopUpFields, render};
 use super::page::{FlashKind, Problem, grouped};
 use super::session::ConsoleSession;
-use crate::admin::handlers::{SubscriptionRequest, activation_error, validate};
-use crate::admin::topups::{GrantRequest, validate_grant};
 use crate::error::ApiError;
 use crate::month::Month;
 use crate::state::AppState;
+use crate::usage::requests::{GrantRequest, SubscriptionRequest, validate, validate_grant};
 use crate::usage::rules::Enforcement;
 
 pub async fn add_subscription(
@@ -39,7 +38,7 @@ pub async fn add_subscription(
             .allocation
             .activate(account_id, &new, now)
             .await
-            .map_err(activation_error)
+            .map_err(ApiError::from)
     }
     .await;
     match outcome {
@@ -88,7 +87,7 @@ pub async fn add_top_up(
             .allocation
             .add_credit(account_id, request.calls, request.expires_at, now)
             .await
-            .map_err(activation_error)
+            .map_err(ApiError::from)
     }
     .await;
     match outcome {

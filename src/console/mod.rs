@@ -11,7 +11,7 @@
 
 pub mod account;
 pub mod accounts;
-pub mod chart;
+
 pub mod forms;
 pub mod overview;
 pub mod page;

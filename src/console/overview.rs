@@ -7,12 +7,12 @@ use axum::response::Response;
 use chrono::Utc;
 use maud::{Markup, html};
 
-use super::chart::{daily_calls, days_in};
 use super::page::{Frame, Problem, Section, grouped, html_response, shell};
 use super::session::ConsoleSession;
 use crate::month::Month;
 use crate::state::AppState;
 use crate::usage::series::{self, AccountRow};
+use crate::web::chart::{daily_calls, days_in};
 
 /// Exhausted accounts listed on the overview (all of them are counted).
 const EXHAUSTED_SHOWN: usize = 20;

@@ -15,17 +15,19 @@
 //! double-submitted token).
 
 use axum::extract::FromRequestParts;
-use axum::http::header::{COOKIE, SET_COOKIE};
+use axum::http::header::SET_COOKIE;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::{DateTime, Duration, Utc};
-use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
-use super::page::{Flash, FlashKind, Problem};
+use super::page::{Flash, FlashKind};
 use crate::auth::token::{PlainToken, TokenHash, plausible};
 use crate::state::AppState;
+use crate::web::page::Problem;
+pub use crate::web::session::{cookie, secure};
+use crate::web::session::{csrf_of, form_token, form_token_matches, same, set_cookie_under};
 
 /// The session cookie.
 pub const COOKIE_NAME: &str = "tollgate_console";
@@ -37,8 +39,6 @@ pub const SIGN_IN: &str = "/console/sign-in";
 const PREFIX: &str = "tgc_";
 /// How long a session lasts from sign-in.
 pub const LIFETIME: Duration = Duration::hours(12);
-/// How long a sign-in form stays valid.
-const SIGN_IN_LIFETIME: Duration = Duration::hours(1);
 
 /// A signed-in operator: the session found by its cookie.
 #[derive(Debug)]
@@ -87,23 +87,6 @@ impl ConsoleSession {
             .await?;
         Ok(())
     }
-}
-
-/// The CSRF token of the session (or sign-in form) whose secret is `secret`.
-pub fn csrf_of(secret: &str) -> String {
-    let mut digest = Sha256::new();
-    digest.update(b"tollgate console csrf\0");
-    digest.update(secret.as_bytes());
-    hex::encode(digest.finalize())
-}
-
-/// Equal byte strings, in a time that depends only on their lengths.
-pub fn same(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
 }
 
 /// Opens a session from `now`, first deleting the expired ones; returns its id, for
@@ -170,37 +153,10 @@ pub async fn find(
     }))
 }
 
-/// The value of cookie `name` in the request's `Cookie` headers.
-pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find_map(|(k, v)| (k == name).then_some(v))
-}
-
 /// A `Set-Cookie` value under `/console`, readable by no script and sent on no
 /// cross-site request; `max_age` 0 deletes it.
 pub fn set_cookie(name: &str, value: &str, max_age: Duration, secure: bool) -> HeaderValue {
     set_cookie_under("/console", name, value, max_age, secure)
-}
-
-/// [`set_cookie`] under `path` (the customer portal's cookies live under `/portal`).
-pub fn set_cookie_under(
-    path: &str,
-    name: &str,
-    value: &str,
-    max_age: Duration,
-    secure: bool,
-) -> HeaderValue {
-    let secure = if secure { "; Secure" } else { "" };
-    let text = format!(
-        "{name}={value}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
-        max_age.num_seconds()
-    );
-    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// A fresh sign-in form's cookie, and the token the form carries.
@@ -208,33 +164,9 @@ pub fn sign_in_token(secure: bool) -> (HeaderValue, String) {
     form_token("/console", SIGN_IN_COOKIE, secure)
 }
 
-/// A fresh token for a form sent before any session exists, bound to cookie `name`
-/// under `path`: the cookie, and the token the form carries.
-pub fn form_token(path: &str, name: &str, secure: bool) -> (HeaderValue, String) {
-    let secret = PlainToken::generate(PREFIX).reveal();
-    let csrf = csrf_of(&secret);
-    (
-        set_cookie_under(path, name, &secret, SIGN_IN_LIFETIME, secure),
-        csrf,
-    )
-}
-
 /// Whether a sign-in form's token matches the cookie it was issued with.
 pub fn sign_in_token_matches(headers: &HeaderMap, given: Option<&str>) -> bool {
     form_token_matches(headers, SIGN_IN_COOKIE, given)
-}
-
-/// Whether a form's token matches the cookie `name` of [`form_token`].
-pub fn form_token_matches(headers: &HeaderMap, name: &str, given: Option<&str>) -> bool {
-    match (cookie(headers, name), given) {
-        (Some(secret), Some(given)) => same(csrf_of(secret).as_bytes(), given.as_bytes()),
-        _ => false,
-    }
-}
-
-/// Whether session cookies need `Secure`: the public listener speaks TLS.
-pub fn secure(state: &AppState) -> bool {
-    state.config.server.tls_cert.is_some()
 }
 
 /// The redirect of a request without a valid session (which also drops a dead cookie).
@@ -301,18 +233,5 @@ mod tests {
             portal,
             "tollgate_portal=v; Path=/portal; HttpOnly; SameSite=Strict; Max-Age=43200; Secure"
         );
-    }
-
-    #[test]
-    fn the_named_cookie_is_found_among_others() {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            COOKIE,
-            HeaderValue::from_static("a=1; tollgate_console=tgc_x"),
-        );
-        headers.append(COOKIE, HeaderValue::from_static("b=2"));
-        assert_eq!(cookie(&headers, COOKIE_NAME), Some("tgc_x"));
-        assert_eq!(cookie(&headers, "b"), Some("2"));
-        assert_eq!(cookie(&headers, "tollgate"), None);
     }
 }

@@ -21,10 +21,10 @@ use super::session::{
     COOKIE_NAME, ConsoleSession, LIFETIME, SIGN_IN_COOKIE, cookie, find, open, secure, set_cookie,
     sign_in_token, sign_in_token_matches,
 };
-use crate::account::client::ClientIp;
 use crate::auth::admin::admin_token_matches;
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::web::client::ClientIp;
 
 #[derive(Debug, Deserialize)]
 pub struct SignInForm {

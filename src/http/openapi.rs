@@ -273,7 +273,7 @@ mod tests {
 
         let grant = &schemas["GrantRequest"]["properties"]["calls"];
         assert_eq!(grant["minimum"], 1);
-        assert_eq!(grant["maximum"], crate::admin::topups::MAX_CALLS);
+        assert_eq!(grant["maximum"], crate::usage::requests::MAX_CALLS);
         let codes = &schemas["CodesRequest"]["properties"];
         assert_eq!(codes["months"]["minimum"], 1);
         assert_eq!(codes["months"]["maximum"], crate::admin::codes::MAX_MONTHS);

@@ -15,13 +15,13 @@ use serde::Deserialize;
 use super::overview::Done;
 use super::page::{Frame, PortalProblem, Section, notice, shell};
 use super::session::Customer;
-use crate::account::KeyCreated;
-use crate::account::key_limit::set_key_limit;
-use crate::account::keys::{MAX_KEY_LIMIT, checked_limit, create_account_key, keys_of, revoke_key};
-use crate::auth::SessionPrincipal;
-use crate::console::page::{csrf_field, grouped, html_response};
-use crate::error::{ApiError, PathParams};
+use crate::accounts::keys::{
+    KeyCreated, MAX_KEY_LIMIT, checked_limit, create_account_key, keys_of, revoke as revoke_key,
+    set_key_limit,
+};
+use crate::error::ApiError;
 use crate::state::AppState;
+use crate::web::page::{csrf_field, grouped, html_response};
 
 /// Most keys the page lists (revoked ones included).
 const MAX_LISTED: i64 = 1000;
@@ -190,10 +190,8 @@ pub async fn revoke(
     async {
         let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
         customer.check_csrf(form_data.csrf.as_deref())?;
-        let principal = SessionPrincipal {
-            account_id: customer.account_id,
-        };
-        revoke_key(State(state), principal, PathParams(key_id)).await?;
+        let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
+        revoke_key(&state.db, &state.keys, customer.account_id, key_id).await?;
         Ok::<_, PortalProblem>(())
     }
     .await
@@ -213,7 +211,14 @@ pub async fn set_limit(
         customer.check_csrf(form_data.csrf.as_deref())?;
         let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
         let limit = limit_of(form_data.monthly_limit.as_deref())?;
-        set_key_limit(&state, customer.account_id, key_id, limit).await?;
+        set_key_limit(
+            &state.db,
+            &state.key_limits,
+            customer.account_id,
+            key_id,
+            limit,
+        )
+        .await?;
         Ok::<_, PortalProblem>(())
     }
     .await

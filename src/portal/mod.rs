@@ -23,8 +23,8 @@ use axum::middleware;
 use axum::response::Redirect;
 use axum::routing::{get, post};
 
-use crate::console::page::{security_headers, stylesheet};
 use crate::state::AppState;
+use crate::web::page::{security_headers, stylesheet};
 
 /// Largest form body.
 const MAX_FORM_BYTES: usize = 16 * 1024;

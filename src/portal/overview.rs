@@ -10,11 +10,11 @@ use serde::Deserialize;
 
 use super::page::{Frame, PortalProblem, Section, notice, ok, shell};
 use super::session::Customer;
-use crate::account::usage::{MonthQuery, usage_response};
-use crate::console::chart::{daily_units, days_in};
-use crate::console::page::grouped;
 use crate::state::AppState;
 use crate::usage::series;
+use crate::web::chart::{daily_units, days_in};
+use crate::web::page::grouped;
+use crate::web::params::{MonthQuery, usage_response};
 
 /// `?done=`, the notice a form left.
 #[derive(Debug, Deserialize)]

@@ -1,6 +1,6 @@
 //! What every portal page shares: the HTML shell with its navigation, the one-line
 //! notice a form leaves, and the error page. The stylesheet, the security headers, the
-//! number format and the error mapping are the console's ([`crate::console::page`]):
+//! number format and the error mapping are the page faces' common ones ([`crate::web::page`]):
 //! no script, nothing loaded from elsewhere.
 
 use axum::http::StatusCode;
@@ -8,8 +8,8 @@ use axum::http::header::RETRY_AFTER;
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
-use crate::console::page::{Problem, csrf_field, html_response, wait_in_words};
 use crate::error::ApiError;
+use crate::web::page::{Problem, csrf_field, html_response, wait_in_words};
 
 /// Where the portal serves the console's stylesheet.
 pub const STYLESHEET: &str = "/portal/portal.css";

@@ -9,19 +9,18 @@ use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
+use chrono::Utc;
 use maud::html;
 use serde::Deserialize;
 
 use super::overview::Done;
 use super::page::{Frame, PortalProblem, Section, notice, ok, shell};
 use super::session::Customer;
-use crate::account::client::ClientIp;
-use crate::account::redeem::{RedeemRequest, redeem as redeem_code};
-use crate::account::usage::{MonthQuery, usage_response};
-use crate::auth::SessionPrincipal;
-use crate::console::page::{csrf_field, grouped};
-use crate::error::JsonBody;
+use crate::accounts::codes;
 use crate::state::AppState;
+use crate::web::client::ClientIp;
+use crate::web::page::{csrf_field, grouped};
+use crate::web::params::{MonthQuery, usage_response};
 
 /// The redeem form (no `Debug`: it holds the code).
 #[derive(Deserialize)]
@@ -93,19 +92,23 @@ pub async fn page(
 pub async fn redeem(
     State(state): State<AppState>,
     customer: Customer,
-    client: ClientIp,
+    ClientIp(ip): ClientIp,
     form_data: Result<Form<RedeemForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
     let redeemed = async {
         let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
         customer.check_csrf(form_data.csrf.as_deref())?;
-        let principal = SessionPrincipal {
-            account_id: customer.account_id,
-        };
-        let request = RedeemRequest {
-            code: form_data.code.unwrap_or_default(),
-        };
-        let _created = redeem_code(State(state), principal, client, JsonBody(request)).await?;
+        let code = form_data.code.unwrap_or_default();
+        let _created = codes::redeem(
+            &state.db,
+            &state.allocation,
+            &state.limits,
+            customer.account_id,
+            &code,
+            ip,
+            Utc::now(),
+        )
+        .await?;
         Ok::<_, PortalProblem>(())
     }
     .await;

@@ -17,8 +17,8 @@ use chrono::Duration;
 
 use super::page::PortalProblem;
 use crate::auth::session::account_of;
-use crate::console::session::{cookie, csrf_of, same, secure, set_cookie_under};
 use crate::state::AppState;
+use crate::web::session::{cookie, csrf_of, same, secure, set_cookie_under};
 
 /// Where portal cookies live.
 pub const PATH: &str = "/portal";

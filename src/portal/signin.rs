@@ -18,14 +18,13 @@ use serde::Deserialize;
 
 use super::page::{PortalProblem, ok, shell};
 use super::session::{COOKIE_NAME, Customer, FORM_COOKIE, PATH, SIGN_IN, portal_cookie};
-use crate::account::client::ClientIp;
-use crate::account::signup::{login, signup};
-use crate::account::{LoginRequest, SignupRequest};
+use crate::accounts::credentials::{self, log_in};
 use crate::auth::session::{account_of, close, create};
-use crate::console::page::html_response;
-use crate::console::session::{cookie, form_token, form_token_matches, secure};
-use crate::error::{ApiError, JsonBody};
+use crate::error::ApiError;
 use crate::state::AppState;
+use crate::web::client::ClientIp;
+use crate::web::page::html_response;
+use crate::web::session::{cookie, form_token, form_token_matches, secure};
 
 /// The sign-in and sign-up form (no `Debug`: it holds the password).
 #[derive(Deserialize)]
@@ -163,14 +162,15 @@ fn with_session(state: &AppState, mut response: Response, token: &str, ttl: Dura
 /// Signs in through `POST /account/v1/login`'s handler; the overview, or the form again.
 pub async fn sign_in(
     State(state): State<AppState>,
-    client: ClientIp,
+    ClientIp(ip): ClientIp,
     headers: HeaderMap,
     form_data: Result<Form<Credentials>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
     let (email, password) = checked(&headers, form_data)?;
-    let request = LoginRequest { email, password };
-    let answer = match login(State(state.clone()), client, JsonBody(request)).await {
-        Ok(answer) => answer.0,
+    let ttl_seconds = i64::try_from(state.config.account.session_ttl_seconds).unwrap_or(i64::MAX);
+    let now = Utc::now();
+    let answer = match log_in(&state.credentials(), &email, password, ip, now, ttl_seconds).await {
+        Ok(answer) => answer,
         Err(ApiError::InvalidCredentials) => {
             return Ok(form(
                 &state,
@@ -181,23 +181,37 @@ pub async fn sign_in(
         }
         Err(e) => return refused(&state, Kind::SignIn, e),
     };
-    let ttl = answer.expires_at - Utc::now();
+    let (token, expires_at) = answer;
     let response = Redirect::to("/portal/").into_response();
-    Ok(with_session(&state, response, &answer.token, ttl))
+    Ok(with_session(
+        &state,
+        response,
+        &token.reveal(),
+        expires_at - now,
+    ))
 }
 
 /// Signs up through `POST /account/v1/signup`'s handler, opens a session, and shows the
 /// first API key once.
 pub async fn sign_up(
     State(state): State<AppState>,
-    client: ClientIp,
+    ClientIp(ip): ClientIp,
     headers: HeaderMap,
     form_data: Result<Form<Credentials>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
     let (email, password) = checked(&headers, form_data)?;
-    let request = SignupRequest { email, password };
-    let created = match signup(State(state.clone()), client, JsonBody(request)).await {
-        Ok((_, created)) => created.0,
+    let created = match credentials::sign_up(
+        &state.credentials(),
+        &email,
+        password,
+        ip,
+        Utc::now(),
+        state.config.usage.free_monthly_calls,
+        state.metering(),
+    )
+    .await
+    {
+        Ok(created) => created,
         Err(e) => return refused(&state, Kind::SignUp, e),
     };
     let ttl = i64::try_from(state.config.account.session_ttl_seconds).unwrap_or(i64::MAX);
@@ -206,7 +220,7 @@ pub async fn sign_up(
         section.created {
             h1 { "Welcome" }
             p { "Your account is ready. This is its first API key; it is shown only now, so keep it somewhere safe:" }
-            pre.secret data-key-id=(created.key_id) { code { (created.api_key) } }
+            pre.secret data-key-id=(created.key_id) { code { (created.api_key.reveal()) } }
             p { a href="/portal/" { "Go to your overview" } }
         }
     };

@@ -21,6 +21,7 @@ mod key_blocks;
 pub mod key_limits;
 pub mod reconcile;
 pub mod report;
+pub mod requests;
 pub mod rules;
 pub mod series;
 pub mod spending;

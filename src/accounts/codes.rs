@@ -1,0 +1,116 @@
+//! Redemption codes (the `redemption_code` table, SPEC §11): a customer turns a code
+//! into a subscription.
+//!
+//! The code is claimed with `UPDATE ... WHERE used_at IS NULL RETURNING`, and the
+//! subscription `[now, now + months)` is activated through the allocation service in
+//! the same transaction: of concurrent redemptions of one code exactly one wins, and a
+//! code is never used without its subscription (nor the reverse). Attempts count per
+//! account and per client address before they are tried, and stay counted when they fail
+//! (unknown, used, expired); past the limit every attempt is refused, even with a good
+//! code.
+
+use std::net::IpAddr;
+
+use chrono::{DateTime, Months, Utc};
+use sqlx::PgPool;
+
+use crate::auth::account_limits::AccountLimits;
+use crate::auth::token::{REDEMPTION_CODE_PREFIX, TokenHash, plausible};
+use crate::error::ApiError;
+use crate::usage::rules::Enforcement;
+use crate::usage::subscriptions::{Allocation, NewSubscription, SubscriptionCreated};
+
+/// What a claimed code grants.
+#[derive(Debug, sqlx::FromRow)]
+struct Claimed {
+    id: i64,
+    plan: String,
+    monthly_allowance: i64,
+    daily_allowance: Option<i64>,
+    #[sqlx(try_from = "String")]
+    enforcement: Enforcement,
+    months: i32,
+}
+
+/// Redeems `code` for `account_id`: a subscription of its catalogue plan from `now` for
+/// its months. The account API and the portal both call this.
+pub async fn redeem(
+    db: &PgPool,
+    allocation: &Allocation,
+    limits: &AccountLimits,
+    account_id: i64,
+    code: &str,
+    ip: IpAddr,
+    now: DateTime<Utc>,
+) -> Result<SubscriptionCreated, ApiError> {
+    let attempt = limits.redeem(account_id, ip, now).await?;
+    let result = claim(db, allocation, account_id, code.trim(), now).await;
+    if let Err(ApiError::CodeNotFound | ApiError::CodeUsed | ApiError::CodeExpired) = &result {
+        limits.failed(attempt, now).await?;
+        tracing::info!(account_id, "redemption refused");
+    } else {
+        limits.succeeded(attempt, now).await?;
+    }
+    result
+}
+
+async fn claim(
+    db: &PgPool,
+    allocation: &Allocation,
+    account_id: i64,
+    code: &str,
+    now: DateTime<Utc>,
+) -> Result<SubscriptionCreated, ApiError> {
+    if !plausible(code, REDEMPTION_CODE_PREFIX) {
+        return Err(ApiError::CodeNotFound);
+    }
+    let hash = TokenHash::of(code);
+    let mut tx = db.begin().await?;
+    let claimed: Option<Claimed> = sqlx::query_as(
+        "UPDATE redemption_code SET used_at = $2, used_by = $3
+         WHERE code_hash = $1 AND used_at IS NULL AND (expires_at IS NULL OR expires_at > $2)
+         RETURNING id, plan, monthly_allowance, daily_allowance, enforcement, months",
+    )
+    .bind(hash.as_bytes())
+    .bind(now)
+    .bind(account_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(claimed) = claimed else {
+        let found: Option<Option<DateTime<Utc>>> =
+            sqlx::query_scalar("SELECT used_at FROM redemption_code WHERE code_hash = $1")
+                .bind(hash.as_bytes())
+                .fetch_optional(&mut *tx)
+                .await?;
+        return Err(match found {
+            None => ApiError::CodeNotFound,
+            Some(Some(_)) => ApiError::CodeUsed,
+            Some(None) => ApiError::CodeExpired,
+        });
+    };
+    let expires_at = u32::try_from(claimed.months)
+        .ok()
+        .and_then(|m| now.checked_add_months(Months::new(m)))
+        .filter(|t| crate::month::storable(*t))
+        .ok_or_else(|| ApiError::Validation("the code's months run past year 9999".into()))?;
+    let new = NewSubscription {
+        plan: claimed.plan,
+        monthly_allowance: claimed.monthly_allowance,
+        starts_at: now,
+        expires_at: Some(expires_at),
+        daily_allowance: claimed.daily_allowance,
+        enforcement: claimed.enforcement,
+    };
+    let activated = allocation
+        .activate_in(&mut tx, account_id, &new, now)
+        .await?;
+    sqlx::query("UPDATE redemption_code SET subscription_id = $1 WHERE id = $2")
+        .bind(activated.subscription.id)
+        .bind(claimed.id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    allocation.settle(activated.standing.as_ref(), account_id, now);
+    tracing::info!(account_id, code_id = claimed.id, "redemption code redeemed");
+    Ok(activated.subscription.into())
+}
