@@ -32,6 +32,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_payment_webhook_reads_what_the_json_apis_read() {
+        assert_eq!(crate::billing::MAX_EVENT_BYTES, MAX_BODY_BYTES);
+    }
+
+    #[test]
     fn a_head_is_too_large_past_a_hundred_fields_or_32_kib() {
         let mut headers = HeaderMap::new();
         for i in 0..MAX_HEADERS {
