@@ -20,18 +20,6 @@ use crate::error::ApiError;
 use crate::usage::rules::Enforcement;
 use crate::usage::subscriptions::{Allocation, NewSubscription, SubscriptionCreated};
 
-/// What a claimed code grants.
-#[derive(Debug, sqlx::FromRow)]
-struct Claimed {
-    id: i64,
-    plan: String,
-    monthly_allowance: i64,
-    daily_allowance: Option<i64>,
-    #[sqlx(try_from = "String")]
-    enforcement: Enforcement,
-    months: i32,
-}
-
 /// Redeems `code` for `account_id`: a subscription of its catalogue plan from `now` for
 /// its months. The account API and the portal both call this.
 pub async fn redeem(
@@ -66,28 +54,32 @@ async fn claim(
     }
     let hash = TokenHash::of(code);
     let mut tx = db.begin().await?;
-    let claimed: Option<Claimed> = sqlx::query_as(
+    let claimed = sqlx::query!(
         "UPDATE redemption_code SET used_at = $2, used_by = $3
          WHERE code_hash = $1 AND used_at IS NULL AND (expires_at IS NULL OR expires_at > $2)
          RETURNING id, plan, monthly_allowance, daily_allowance, enforcement, months",
+        hash.as_bytes(),
+        now,
+        account_id,
     )
-    .bind(hash.as_bytes())
-    .bind(now)
-    .bind(account_id)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(claimed) = claimed else {
-        let found: Option<Option<DateTime<Utc>>> =
-            sqlx::query_scalar("SELECT used_at FROM redemption_code WHERE code_hash = $1")
-                .bind(hash.as_bytes())
-                .fetch_optional(&mut *tx)
-                .await?;
+        let found = sqlx::query_scalar!(
+            "SELECT used_at FROM redemption_code WHERE code_hash = $1",
+            hash.as_bytes(),
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
         return Err(match found {
             None => ApiError::CodeNotFound,
             Some(Some(_)) => ApiError::CodeUsed,
             Some(None) => ApiError::CodeExpired,
         });
     };
+    // The column's CHECK allows only what `Enforcement` reads.
+    let enforcement = Enforcement::try_from(claimed.enforcement)
+        .map_err(|why| ApiError::Internal(anyhow::anyhow!(why)))?;
     let expires_at = u32::try_from(claimed.months)
         .ok()
         .and_then(|m| now.checked_add_months(Months::new(m)))
@@ -99,16 +91,18 @@ async fn claim(
         starts_at: now,
         expires_at: Some(expires_at),
         daily_allowance: claimed.daily_allowance,
-        enforcement: claimed.enforcement,
+        enforcement,
     };
     let activated = allocation
         .activate_in(&mut tx, account_id, &new, now)
         .await?;
-    sqlx::query("UPDATE redemption_code SET subscription_id = $1 WHERE id = $2")
-        .bind(activated.subscription.id)
-        .bind(claimed.id)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE redemption_code SET subscription_id = $1 WHERE id = $2",
+        activated.subscription.id,
+        claimed.id,
+    )
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     allocation.settle(activated.standing.as_ref(), account_id, now);
     tracing::info!(account_id, code_id = claimed.id, "redemption code redeemed");

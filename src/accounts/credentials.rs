@@ -96,11 +96,11 @@ pub async fn sign_up(
     let key = PlainToken::generate(API_KEY_PREFIX);
 
     let mut tx = parts.db.begin().await?;
-    let account_id: i64 = sqlx::query_scalar(
+    let account_id = sqlx::query_scalar!(
         "INSERT INTO account (email, password_hash) VALUES ($1, $2) RETURNING id",
+        email,
+        password_hash,
     )
-    .bind(&email)
-    .bind(&password_hash)
     .fetch_one(&mut *tx)
     .await
     .map_err(|e| match &e {
@@ -177,11 +177,13 @@ async fn verify_login(
     {
         return Ok(None);
     }
-    let row: Option<(i64, String)> =
-        sqlx::query_as("SELECT id, password_hash FROM account WHERE lower(email) = $1")
-            .bind(email)
-            .fetch_optional(parts.db)
-            .await?;
+    let row = sqlx::query!(
+        "SELECT id, password_hash FROM account WHERE lower(email) = $1",
+        email,
+    )
+    .fetch_optional(parts.db)
+    .await?
+    .map(|r| (r.id, r.password_hash));
     let (account_id, phc) = match row {
         Some((id, phc)) => (Some(id), Some(phc)),
         None => (None, None),

@@ -58,17 +58,18 @@ pub async fn keys_in_month(
     limit: i64,
     month: Month,
 ) -> Result<Vec<KeySummary>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT k.id AS key_id, k.prefix, k.created_at, k.revoked_at, k.monthly_limit,
-                coalesce(c.used, 0) AS used
-         FROM api_key k
-         LEFT JOIN key_usage_counter c ON c.key_id = k.id AND c.month_start = $4
-         WHERE k.account_id = $1 AND k.id > $2 ORDER BY k.id LIMIT $3",
+    sqlx::query_as!(
+        KeySummary,
+        r#"SELECT k.id AS key_id, k.prefix, k.created_at, k.revoked_at, k.monthly_limit,
+                  coalesce(c.used, 0) AS "used!"
+           FROM api_key k
+           LEFT JOIN key_usage_counter c ON c.key_id = k.id AND c.month_start = $4
+           WHERE k.account_id = $1 AND k.id > $2 ORDER BY k.id LIMIT $3"#,
+        account_id,
+        after,
+        limit,
+        month.start(),
     )
-    .bind(account_id)
-    .bind(after)
-    .bind(limit)
-    .bind(month.start())
     .fetch_all(db)
     .await
 }
@@ -100,14 +101,15 @@ async fn insert_limited_key(
     key: &PlainToken,
     monthly_limit: Option<i64>,
 ) -> Result<i64, ApiError> {
-    Ok(sqlx::query_scalar(
+    let hash = key.hash();
+    Ok(sqlx::query_scalar!(
         "INSERT INTO api_key (account_id, key_hash, prefix, monthly_limit)
          VALUES ($1, $2, $3, $4) RETURNING id",
+        account_id,
+        hash.as_bytes(),
+        key.display_prefix(),
+        monthly_limit,
     )
-    .bind(account_id)
-    .bind(key.hash().as_bytes())
-    .bind(key.display_prefix())
-    .bind(monthly_limit)
     .fetch_one(conn)
     .await?)
 }
@@ -123,10 +125,10 @@ pub async fn create_account_key(
     let key = PlainToken::generate(API_KEY_PREFIX);
     let mut tx = db.begin().await?;
     crate::db::lock_account(&mut tx, account_id).await?;
-    let live: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM api_key WHERE account_id = $1 AND revoked_at IS NULL",
+    let live = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "live!" FROM api_key WHERE account_id = $1 AND revoked_at IS NULL"#,
+        account_id,
     )
-    .bind(account_id)
     .fetch_one(&mut *tx)
     .await?;
     if live >= i64::from(max_keys) {
@@ -152,12 +154,12 @@ pub async fn revoke(
     key_id: i64,
 ) -> Result<(), ApiError> {
     // Only a live key's row changes; the V5 trigger then tells every replica its hash.
-    let revoked: Option<Vec<u8>> = sqlx::query_scalar(
+    let revoked = sqlx::query_scalar!(
         "UPDATE api_key SET revoked_at = now()
          WHERE id = $1 AND account_id = $2 AND revoked_at IS NULL RETURNING key_hash",
+        key_id,
+        account_id,
     )
-    .bind(key_id)
-    .bind(account_id)
     .fetch_optional(db)
     .await?;
     if let Some(hash) = revoked {
@@ -169,11 +171,11 @@ pub async fn revoke(
         tracing::info!(account_id = account_id, key_id, "api key revoked");
         return Ok(());
     }
-    let exists: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM api_key WHERE id = $1 AND account_id = $2)",
+    let exists = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM api_key WHERE id = $1 AND account_id = $2) AS "exists!""#,
+        key_id,
+        account_id,
     )
-    .bind(key_id)
-    .bind(account_id)
     .fetch_one(db)
     .await?;
     if exists {
@@ -194,20 +196,21 @@ pub async fn set_key_limit(
     monthly_limit: Option<i64>,
 ) -> Result<KeySummary, ApiError> {
     let month = Month::containing(chrono::Utc::now());
-    let key: Option<KeySummary> = sqlx::query_as(
-        "WITH changed AS (
-             UPDATE api_key SET monthly_limit = $3
-             WHERE id = $1 AND account_id = $2 AND revoked_at IS NULL
-             RETURNING id, prefix, created_at, revoked_at, monthly_limit)
-         SELECT k.id AS key_id, k.prefix, k.created_at, k.revoked_at, k.monthly_limit,
-                coalesce(c.used, 0) AS used
-         FROM changed k
-         LEFT JOIN key_usage_counter c ON c.key_id = k.id AND c.month_start = $4",
+    let key = sqlx::query_as!(
+        KeySummary,
+        r#"WITH changed AS (
+               UPDATE api_key SET monthly_limit = $3
+               WHERE id = $1 AND account_id = $2 AND revoked_at IS NULL
+               RETURNING id, prefix, created_at, revoked_at, monthly_limit)
+           SELECT k.id AS "key_id!", k.prefix AS "prefix!", k.created_at AS "created_at!",
+                  k.revoked_at, k.monthly_limit, coalesce(c.used, 0) AS "used!"
+           FROM changed k
+           LEFT JOIN key_usage_counter c ON c.key_id = k.id AND c.month_start = $4"#,
+        key_id,
+        account_id,
+        monthly_limit,
+        month.start(),
     )
-    .bind(key_id)
-    .bind(account_id)
-    .bind(monthly_limit)
-    .bind(month.start())
     .fetch_optional(db)
     .await?;
     let key = key.ok_or(ApiError::KeyNotFound)?;

@@ -57,6 +57,11 @@ impl Limit {
     }
 }
 
+/// A span as whole microseconds, as the statements take it.
+fn micros(span: TimeDelta) -> i64 {
+    span.num_microseconds().unwrap_or(i64::MAX)
+}
+
 /// One subject of one limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cell {
@@ -97,11 +102,15 @@ impl Attempts {
     /// nothing.
     pub async fn wait(&self, cells: &[Cell], now: DateTime<Utc>) -> Result<Duration, sqlx::Error> {
         let keys: Vec<&str> = cells.iter().map(|c| c.key.as_str()).collect();
-        let rows: Vec<(String, DateTime<Utc>)> =
-            sqlx::query_as("SELECT key, tat FROM attempt_limit WHERE key = ANY($1)")
-                .bind(&keys)
-                .fetch_all(&self.db)
-                .await?;
+        let rows: Vec<(String, DateTime<Utc>)> = sqlx::query!(
+            "SELECT key, tat FROM attempt_limit WHERE key = ANY($1)",
+            &keys as &[&str],
+        )
+        .fetch_all(&self.db)
+        .await?
+        .into_iter()
+        .map(|row| (row.key, row.tat))
+        .collect();
         Ok(cells
             .iter()
             .map(|cell| {
@@ -120,16 +129,18 @@ impl Attempts {
         now: DateTime<Utc>,
     ) -> Result<Result<(), Duration>, sqlx::Error> {
         for (taken, cell) in cells.iter().enumerate() {
-            let moved: Option<DateTime<Utc>> = sqlx::query_scalar(
-                "INSERT INTO attempt_limit AS a (key, tat) VALUES ($1, $2 + $3)
-                 ON CONFLICT (key) DO UPDATE SET tat = greatest(a.tat, $2) + $3
-                 WHERE a.tat <= $2 + $4
+            let moved = sqlx::query_scalar!(
+                "INSERT INTO attempt_limit AS a (key, tat)
+                 VALUES ($1, $2::timestamptz + $3::bigint * interval '1 microsecond')
+                 ON CONFLICT (key) DO UPDATE
+                 SET tat = greatest(a.tat, $2) + $3::bigint * interval '1 microsecond'
+                 WHERE a.tat <= $2 + $4::bigint * interval '1 microsecond'
                  RETURNING tat",
+                cell.key,
+                now,
+                micros(cell.limit.interval()),
+                micros(cell.limit.tolerance()),
             )
-            .bind(&cell.key)
-            .bind(now)
-            .bind(cell.limit.interval())
-            .bind(cell.limit.tolerance())
             .fetch_optional(&self.db)
             .await?;
             if moved.is_none() {
@@ -147,14 +158,17 @@ impl Attempts {
     pub async fn count(&self, cells: &[Cell], now: DateTime<Utc>) -> Result<(), sqlx::Error> {
         for cell in cells {
             let interval = cell.limit.interval();
-            sqlx::query(
-                "INSERT INTO attempt_limit AS a (key, tat) VALUES ($1, $2 + $3)
-                 ON CONFLICT (key) DO UPDATE SET tat = least(greatest(a.tat, $2) + $3, $2 + $4)",
+            sqlx::query!(
+                "INSERT INTO attempt_limit AS a (key, tat)
+                 VALUES ($1, $2::timestamptz + $3::bigint * interval '1 microsecond')
+                 ON CONFLICT (key) DO UPDATE
+                 SET tat = least(greatest(a.tat, $2) + $3::bigint * interval '1 microsecond',
+                                 $2 + $4::bigint * interval '1 microsecond')",
+                cell.key,
+                now,
+                micros(interval),
+                micros(cell.limit.tolerance() + interval),
             )
-            .bind(&cell.key)
-            .bind(now)
-            .bind(interval)
-            .bind(cell.limit.tolerance() + interval)
             .execute(&self.db)
             .await?;
         }
@@ -164,20 +178,23 @@ impl Attempts {
     /// Gives back one attempt [`take`](Self::take) counted on each cell (a success).
     pub async fn refund(&self, cells: &[Cell], now: DateTime<Utc>) -> Result<(), sqlx::Error> {
         for cell in cells {
-            sqlx::query("UPDATE attempt_limit SET tat = greatest(tat - $2, $3) WHERE key = $1")
-                .bind(&cell.key)
-                .bind(cell.limit.interval())
-                .bind(now)
-                .execute(&self.db)
-                .await?;
+            sqlx::query!(
+                "UPDATE attempt_limit
+                 SET tat = greatest(tat - $2::bigint * interval '1 microsecond', $3)
+                 WHERE key = $1",
+                cell.key,
+                micros(cell.limit.interval()),
+                now,
+            )
+            .execute(&self.db)
+            .await?;
         }
         Ok(())
     }
 
     /// Deletes the cells back at fresh (their `tat` past); returns how many.
     pub async fn housekeep(&self, now: DateTime<Utc>) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query("DELETE FROM attempt_limit WHERE tat < $1")
-            .bind(now)
+        let done = sqlx::query!("DELETE FROM attempt_limit WHERE tat < $1", now)
             .execute(&self.db)
             .await?;
         Ok(done.rows_affected())
