@@ -1,8 +1,9 @@
 //! The customer-facing account API (`/account/v1`, SPEC §3.2).
 //!
 //! Signup, login, API-key management, the usage report, the plan catalogue and code
-//! redemption, each a thin handler over PostgreSQL, with the per-replica abuse limits
-//! of [`limits`]. Grants and usage figures come from [`crate::usage`].
+//! redemption, each a thin handler over the accounts domain ([`crate::accounts`]), with
+//! the fleet's abuse limits of [`limits`]. Grants and usage figures come from
+//! [`crate::usage`].
 
 pub mod key_limit;
 pub mod keys;
