@@ -114,13 +114,7 @@ fn position(text: &str) -> Option<(u64, u64)> {
 /// `path: what` split where serde_path_to_error put the path (none for the top level).
 fn split_path(text: &str) -> (&str, &str) {
     match text.split_once(": ") {
-        Some((path, what))
-            if !path.is_empty()
-                && !path.contains(' ')
-                && !path.contains('`')
-                && path != "invalid type"
-                && path != "invalid value" =>
-        {
+        Some((path, what)) if !path.is_empty() && !path.contains([' ', '`']) => {
             (if path == "." { "" } else { path }, what)
         }
         _ => ("", text),

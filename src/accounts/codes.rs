@@ -37,7 +37,7 @@ pub async fn redeem(
         limits.failed(attempt, now).await?;
         tracing::info!(account_id, "redemption refused");
     } else {
-        limits.succeeded(attempt, now).await?;
+        limits.give_back(attempt, now).await?;
     }
     result
 }

@@ -146,7 +146,7 @@ pub async fn log_in(
     }
     let account_id = match verify_login(parts, &email, given_email, password).await {
         Ok(Some(account_id)) => {
-            parts.limits.succeeded(attempt, now).await?;
+            parts.limits.give_back(attempt, now).await?;
             account_id
         }
         Ok(None) => {
@@ -156,7 +156,7 @@ pub async fn log_in(
         }
         // Not a failed guess (the database or the hashing queue): nothing stays counted.
         Err(e) => {
-            parts.limits.succeeded(attempt, now).await?;
+            parts.limits.give_back(attempt, now).await?;
             return Err(e);
         }
     };

@@ -39,7 +39,7 @@ pub struct AccountLimits {
 }
 
 /// A login or redemption counted before it is tried: settle it with
-/// [`AccountLimits::succeeded`] or [`AccountLimits::failed`].
+/// [`AccountLimits::give_back`] or [`AccountLimits::failed`].
 #[derive(Debug)]
 pub struct Attempt {
     taken: Vec<Cell>,
@@ -128,8 +128,9 @@ impl AccountLimits {
         })
     }
 
-    /// The attempt succeeded: what it counted is given back.
-    pub async fn succeeded(&self, attempt: Attempt, now: DateTime<Utc>) -> Result<(), ApiError> {
+    /// The attempt succeeded, or ended in something other than a failed guess (the
+    /// database or the hashing queue): what it counted is given back.
+    pub async fn give_back(&self, attempt: Attempt, now: DateTime<Utc>) -> Result<(), ApiError> {
         self.attempts.refund(&attempt.taken, now).await?;
         Ok(())
     }

@@ -2,7 +2,6 @@
 //! message, and the error page in it. The stylesheet, security headers, problem type and
 //! number format are the page faces' common ones ([`crate::web::page`]).
 
-use axum::http::header::RETRY_AFTER;
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
@@ -101,41 +100,21 @@ fn current(frame: &Frame<'_>, section: Section) -> Option<&'static str> {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let frame = self
-            .back
-            .as_ref()
-            .and_then(|back| Some((back.csrf.as_deref()?, back.href.as_str())))
-            .map(|(csrf, href)| Frame {
-                section: if href.starts_with("/console/accounts") {
-                    Section::Accounts
-                } else {
-                    Section::Overview
-                },
-                csrf,
-                flash: None,
-            });
+        let frame = self.signed_in().map(|(csrf, href)| Frame {
+            section: if href.starts_with("/console/accounts") {
+                Section::Accounts
+            } else {
+                Section::Overview
+            },
+            csrf,
+            flash: None,
+        });
         let page = shell(
             self.title,
             frame,
-            html! {
-                section.problem {
-                    h1 { (self.title) }
-                    p { (self.message) }
-                    @if let Some(secs) = self.retry_after {
-                        p.wait { "Try again in " (wait_in_words(secs)) "." }
-                    }
-                    p { @match &self.back {
-                        Some(back) => a href=(back.href) { "Back to the form" },
-                        None => a href="/console/" { "Back to the console" },
-                    } }
-                }
-            },
+            self.content("/console/", "Back to the console"),
         );
-        let mut response = html_response(self.status, page);
-        if let Some(secs) = self.retry_after {
-            response.headers_mut().insert(RETRY_AFTER, secs.into());
-        }
-        response
+        self.respond(page)
     }
 }
 

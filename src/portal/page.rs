@@ -4,12 +4,11 @@
 //! no script, nothing loaded from elsewhere.
 
 use axum::http::StatusCode;
-use axum::http::header::RETRY_AFTER;
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
 use crate::error::ApiError;
-use crate::web::page::{Problem, csrf_field, html_response, wait_in_words};
+use crate::web::page::{Problem, csrf_field, html_response};
 
 /// Where the portal serves the console's stylesheet.
 pub const STYLESHEET: &str = "/portal/portal.css";
@@ -126,47 +125,22 @@ impl From<sqlx::Error> for PortalProblem {
 
 impl IntoResponse for PortalProblem {
     fn into_response(self) -> Response {
-        let Problem {
-            status,
-            title,
-            message,
-            retry_after,
-            back,
-        } = self.0;
-        let frame = back
-            .as_ref()
-            .and_then(|back| Some((back.csrf.as_deref()?, back.href.as_str())))
-            .map(|(csrf, href)| Frame {
-                section: match href {
-                    "/portal/keys" => Section::Keys,
-                    "/portal/plans" => Section::Plans,
-                    _ => Section::Overview,
-                },
-                csrf,
-                notice: None,
-            });
-        let page = shell(
-            title,
-            frame,
-            html! {
-                section.problem {
-                    h1 { (title) }
-                    p { (message) }
-                    @if let Some(secs) = retry_after {
-                        p.wait { "Try again in " (wait_in_words(secs)) "." }
-                    }
-                    p { @match &back {
-                        Some(back) => a href=(back.href) { "Back to the form" },
-                        None => a href="/portal/" { "Back to the portal" },
-                    } }
-                }
+        let problem = self.0;
+        let frame = problem.signed_in().map(|(csrf, href)| Frame {
+            section: match href {
+                "/portal/keys" => Section::Keys,
+                "/portal/plans" => Section::Plans,
+                _ => Section::Overview,
             },
+            csrf,
+            notice: None,
+        });
+        let page = shell(
+            problem.title,
+            frame,
+            problem.content("/portal/", "Back to the portal"),
         );
-        let mut response = html_response(status, page);
-        if let Some(secs) = retry_after {
-            response.headers_mut().insert(RETRY_AFTER, secs.into());
-        }
-        response
+        problem.respond(page)
     }
 }
 

@@ -10,8 +10,8 @@
 use axum::extract::Request;
 use axum::extract::rejection::FormRejection;
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
-    X_FRAME_OPTIONS,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, RETRY_AFTER,
+    X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -86,6 +86,43 @@ impl Problem {
             csrf: csrf.map(str::to_owned),
         });
         self
+    }
+}
+
+impl Problem {
+    /// The session's CSRF token and the form's page, when the problem came from a signed-in
+    /// form (its page keeps the navigation).
+    pub fn signed_in(&self) -> Option<(&str, &str)> {
+        let back = self.back.as_ref()?;
+        Some((back.csrf.as_deref()?, back.href.as_str()))
+    }
+
+    /// The problem's part of its page: title, message, how long to wait (when it knows),
+    /// and the way back: to the form, else to the face's `home` (`home_text` its link).
+    pub fn content(&self, home: &str, home_text: &str) -> Markup {
+        html! {
+            section.problem {
+                h1 { (self.title) }
+                p { (self.message) }
+                @if let Some(secs) = self.retry_after {
+                    p.wait { "Try again in " (wait_in_words(secs)) "." }
+                }
+                p { @match &self.back {
+                    Some(back) => a href=(back.href) { "Back to the form" },
+                    None => a href=(home) { (home_text) },
+                } }
+            }
+        }
+    }
+
+    /// `page` (the face's shell around [`Problem::content`]) as the answer: the problem's
+    /// status, and `Retry-After` when it says how long to wait.
+    pub fn respond(&self, page: Markup) -> Response {
+        let mut response = html_response(self.status, page);
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 
