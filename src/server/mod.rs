@@ -75,11 +75,12 @@ struct Shared {
 }
 
 /// Most header fields the HTTP/1 parser takes (hyper's default is 100): the app holds
-/// requests to its own, lower bound and answers past it with its own error body. Past 100,
-/// hyper parses into a header array allocated per request rather than one on the stack,
-/// so the bound is kept near what a client that sends too many headers actually sends
-/// (a few hundred) rather than far beyond it.
-pub const PARSER_MAX_HEADERS: usize = 256;
+/// requests to its own, lower bound and answers past it with its own JSON error body
+/// (SPEC §21), so a head of up to this many fields gets that answer rather than the
+/// parser's bare one. Past 100 the parser's header arrays are allocated per request;
+/// under callgrind that measured within noise (50,986 instructions per local call at
+/// 1,000 against 50,886 at 256).
+pub const PARSER_MAX_HEADERS: usize = 1000;
 
 /// What answers a connection's requests: one per worker, cloned per connection.
 pub trait App: Clone + Send + 'static {
