@@ -45,6 +45,21 @@ pub enum ApiError {
     /// The calling key's monthly limit (`limit` units) is used up (SPEC §13).
     #[error("key quota exceeded")]
     KeyQuotaExceeded { retry_after: i64, limit: i64 },
+    /// The key's expiry has passed (SPEC §15).
+    #[error("API key expired")]
+    KeyExpired,
+    /// The key's scopes do not cover the path (SPEC §15).
+    #[error("API key scope denied")]
+    KeyScopeDenied,
+    /// A revoked or expired key cannot be rolled (SPEC §15).
+    #[error("API key inactive")]
+    KeyInactive,
+    /// Over a rate limit per second (SPEC §16); retry after that many seconds.
+    #[error("rate limited")]
+    RateLimited { retry_after: u64 },
+    /// The route's feature is not in the account's plan (SPEC §17).
+    #[error("feature not in plan")]
+    FeatureNotInPlan,
     /// An abuse limit of the account API (SPEC §2 `account.*`); retry after that many seconds.
     #[error("too many requests; retry after {retry_after_secs} s")]
     TooManyRequests { retry_after_secs: u64 },
@@ -112,6 +127,11 @@ impl ApiError {
             QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "QUOTA_EXCEEDED"),
             KeyQuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "KEY_QUOTA_EXCEEDED"),
             TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_REQUESTS"),
+            KeyExpired => (StatusCode::UNAUTHORIZED, "KEY_EXPIRED"),
+            KeyScopeDenied => (StatusCode::FORBIDDEN, "KEY_SCOPE_DENIED"),
+            KeyInactive => (StatusCode::CONFLICT, "KEY_INACTIVE"),
+            RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED"),
+            FeatureNotInPlan => (StatusCode::FORBIDDEN, "FEATURE_NOT_IN_PLAN"),
             EmailTaken => (StatusCode::CONFLICT, "EMAIL_TAKEN"),
             Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_FAILED"),
             MalformedJson(_) => (StatusCode::BAD_REQUEST, "MALFORMED_JSON"),
@@ -150,6 +170,7 @@ impl ApiError {
             ApiError::QuotaExceeded { retry_after }
             | ApiError::KeyQuotaExceeded { retry_after, .. } => Some((*retry_after).max(1) as u64),
             ApiError::TooManyRequests { retry_after_secs } => Some((*retry_after_secs).max(1)),
+            ApiError::RateLimited { retry_after } => Some((*retry_after).max(1)),
             ApiError::Overloaded => Some(1),
             _ => None,
         }
@@ -172,6 +193,11 @@ impl ApiError {
             QuotaExceeded { .. } => "Quota exceeded for this period.".into(),
             KeyQuotaExceeded { .. } => "This key's monthly limit is used up.".into(),
             TooManyRequests { .. } => "Too many attempts. Please try again later.".into(),
+            KeyExpired => "This API key has expired.".into(),
+            KeyScopeDenied => "This API key may not call this path.".into(),
+            KeyInactive => "This API key is revoked or expired; it cannot be rolled.".into(),
+            RateLimited { .. } => "Too many requests. Please slow down.".into(),
+            FeatureNotInPlan => "This endpoint is not included in your plan.".into(),
             EmailTaken => "An account with this email already exists.".into(),
             Validation(why) => why.clone(),
             MalformedJson(why) => format!("Request body is not valid JSON: {why}"),

@@ -9,6 +9,8 @@
 //! (bounded), stop the rest. [`Worker`] is the
 //! background half alone (`tollgate worker`): no public listener, no proxy.
 
+use crate::accounts::last_used::LastUsed;
+use crate::throttle::rate::RateLimits;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,6 +121,7 @@ impl Gateway {
             QuotaView::new(
                 db.clone(),
                 config.usage.free_monthly_calls,
+                config.usage.free_terms(),
                 throttler.clone(),
             )
         } else {
@@ -187,10 +190,22 @@ impl Gateway {
             quota: quota.clone(),
             free_monthly_calls: config.usage.free_monthly_calls,
             metering: config.usage_check.enabled,
+            plans: config.plans.clone().into(),
         };
+        let rates = RateLimits::new();
+        background.push(crate::throttle::presence::start(
+            db.clone(),
+            uuid::Uuid::new_v4(),
+            rates.clone(),
+            stop_background.clone(),
+        ));
+        let last_used = LastUsed::new();
+        background.push(last_used.start(db.clone(), stop_background.clone()));
         let state = AppState::new(
             Shared {
                 past_days: Default::default(),
+                rates,
+                last_used,
                 quota,
                 key_limits,
                 allocation,

@@ -10,15 +10,18 @@ use axum::extract::FromRef;
 use sqlx::PgPool;
 
 use crate::accounts::credentials::Credentials;
+use crate::accounts::last_used::LastUsed;
 use crate::auth::account_limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
 use crate::auth::password::Passwords;
 use crate::auth::{AuthParts, AuthState};
 use crate::config::Config;
+use crate::proxy::entitlements::Entitlements;
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{ProxyParts, ProxyState};
 use crate::throttle::Throttler;
+use crate::throttle::rate::RateLimits;
 use crate::usage::accounting::UsagePublisher;
 use crate::usage::key_limits::KeyLimits;
 use crate::usage::series::PastDays;
@@ -58,6 +61,10 @@ pub struct Shared {
     pub limits: AccountLimits,
     /// The console overview's calls per day of the days before today.
     pub past_days: PastDays,
+    /// This replica's buckets of the rate limits per second.
+    pub rates: RateLimits,
+    /// Keys' last proxied calls, written every 30 s.
+    pub last_used: LastUsed,
 }
 
 impl AppState {
@@ -80,6 +87,9 @@ impl AppState {
             quota: shared.quota.clone(),
             throttler: shared.throttler.clone(),
             usage: shared.usage.clone(),
+            entitlements: Arc::new(Entitlements::from_config(&shared.config.entitlements)),
+            rates: shared.rates.clone(),
+            last_used: shared.last_used.clone(),
         });
         Self(Arc::new(Parts {
             shared: Arc::new(shared),

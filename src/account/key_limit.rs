@@ -1,58 +1,110 @@
-//! A key's own monthly limit (SPEC §13), once the key exists:
-//! `PATCH /account/v1/keys/{key_id}` setting or clearing it. The V14 trigger tells every
-//! replica's [`crate::usage::key_limits::KeyLimits`] of the change.
+//! Changing a key once it exists (SPEC §13, §15, §16): `PATCH /account/v1/keys/{key_id}`
+//! setting or clearing its monthly limit, rate limit, name, scopes or expiry. The V14
+//! and V18 triggers tell every replica of the change.
 
 use axum::Json;
 use axum::extract::State;
 use serde::{Deserialize, Deserializer};
 use utoipa::ToSchema;
 
+use chrono::{DateTime, Utc};
+
 use super::keys::{KeySummary, checked_limit};
-use crate::accounts::keys::set_key_limit;
+use crate::accounts::keys::{KeyChange, change_key, checked_expiry, checked_name, checked_scopes};
 use crate::auth::SessionPrincipal;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams};
+use crate::plan::{RateLimit, RateLimitInput};
+use crate::usage::requests::present;
 
 use crate::state::AppState;
 
-/// The body of `PATCH /account/v1/keys/{key_id}` (as documented; read as
-/// [`KeyLimitChangeBody`], which tells a null limit from a missing one).
-#[derive(Debug, Deserialize, ToSchema)]
+/// The body of `PATCH /account/v1/keys/{key_id}`: every field optional, absent =
+/// unchanged, `null` = cleared; at least one field present.
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct KeyLimitChange {
-    /// The new limit in units per UTC month, or null to remove it. Required.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<i64>, required = true, minimum = 0, maximum = 1_000_000_000_000_i64)]
+pub struct KeyPatch {
+    /// The new limit in units per UTC month, or null to remove it.
+    #[serde(default, deserialize_with = "present_whole")]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub monthly_limit: Option<Option<i64>>,
+    /// Calls per second through this key, or null to remove its own limit.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<RateLimit>)]
+    pub rate_limit: Option<Option<RateLimitInput>>,
+    /// 1 to 64 printable characters (cannot be null).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 64)]
+    pub name: Option<Option<String>>,
+    /// The proxied prefixes the key may call, or null for both.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub scopes: Option<Option<Vec<String>>>,
+    /// RFC 3339 in the future, or null for never.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<DateTime<Utc>>)]
+    pub expires_at: Option<Option<DateTime<Utc>>>,
 }
 
-/// A field that is present, null or not (`None` = absent: serde's default).
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<i64>>, D::Error> {
+/// An integer field that is present, null or not (`None` = absent: serde's default).
+fn present_whole<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<i64>>, D::Error> {
     crate::json_number::whole_or_null(d).map(Some)
 }
 
-impl<'de> Deserialize<'de> for KeyLimitChangeBody {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        KeyLimitChange::deserialize(d).map(|c| KeyLimitChangeBody(c.monthly_limit))
+impl KeyPatch {
+    /// The change asked for, each part checked; refused when it asks for nothing.
+    pub fn change(self, now: DateTime<Utc>) -> Result<KeyChange, ApiError> {
+        let change = KeyChange {
+            name: match self.name {
+                Some(Some(name)) => Some(checked_name(name)?),
+                Some(None) => {
+                    return Err(ApiError::Validation(
+                        "name cannot be null; give 1 to 64 printable characters".into(),
+                    ));
+                }
+                None => None,
+            },
+            expires_at: self
+                .expires_at
+                .map(|t| checked_expiry(t, now))
+                .transpose()?,
+            scopes: self
+                .scopes
+                .map(|s| s.map(checked_scopes).transpose())
+                .transpose()?,
+            monthly_limit: self.monthly_limit.map(checked_limit).transpose()?,
+            rate_limit: self
+                .rate_limit
+                .map(|r| {
+                    r.map(|r| r.checked("rate_limit").map_err(ApiError::Validation))
+                        .transpose()
+                })
+                .transpose()?,
+        };
+        if change.is_empty() {
+            return Err(ApiError::Validation(
+                "give at least one of monthly_limit, rate_limit, name, scopes, expires_at".into(),
+            ));
+        }
+        Ok(change)
     }
 }
 
-/// [`KeyLimitChange`] as read: `None` when `monthly_limit` is missing.
-pub struct KeyLimitChangeBody(Option<Option<i64>>);
-
-/// Sets or clears a key's monthly limit. A call through a key whose month is used up is
-/// refused with `429 KEY_QUOTA_EXCEEDED`; the account's other keys are unaffected.
+/// Changes a key's monthly limit, rate limit, name, scopes or expiry. A call through a
+/// key whose month is used up is refused with `429 KEY_QUOTA_EXCEEDED`; the account's
+/// other keys are unaffected. Every replica follows within a second.
 #[utoipa::path(patch, path = "/account/v1/keys/{key_id}", tag = "account",
     security(("session" = [])),
     params(("key_id" = i64, Path, description = "A `key_id` of this account")),
-    request_body = KeyLimitChange,
+    request_body = KeyPatch,
     responses(
-        (status = 200, description = "The key with its new limit", body = KeySummary),
+        (status = 200, description = "The key as it now is", body = KeySummary),
         (status = 400, description = "MALFORMED_JSON: the body is not JSON", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
-        (status = 404, description = "KEY_NOT_FOUND: no live key of this account has this id (revoked keys take no limit)", body = ErrorBody),
+        (status = 404, description = "KEY_NOT_FOUND: no unrevoked key of this account has this id (revoked keys are not changed)", body = ErrorBody),
+        (status = 409, description = "KEY_INACTIVE: the key has expired (an expired key is not changed back to life)", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE: the body exceeds 16 KiB", body = ErrorBody),
         (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: content-type is not application/json", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED: `monthly_limit` missing, or not null nor an integer >= 0", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: no field given, or a field out of its range (the message names it)", body = ErrorBody),
         (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
         (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
@@ -60,22 +112,18 @@ pub async fn patch_key(
     State(state): State<AppState>,
     session: SessionPrincipal,
     PathParams(key_id): PathParams<String>,
-    JsonBody(change): JsonBody<KeyLimitChangeBody>,
+    JsonBody(patch): JsonBody<KeyPatch>,
 ) -> Result<Json<KeySummary>, ApiError> {
     let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
-    let Some(limit) = change.0 else {
-        return Err(ApiError::Validation(
-            "monthly_limit is required (a number, or null to remove the limit)".into(),
-        ));
-    };
-    let limit = checked_limit(limit)?;
+    let change = patch.change(Utc::now())?;
     Ok(Json(
-        set_key_limit(
+        change_key(
             &state.db,
+            &state.keys,
             &state.key_limits,
             session.account_id,
             key_id,
-            limit,
+            &change,
         )
         .await?,
     ))
@@ -86,7 +134,9 @@ mod tests {
     use super::*;
 
     fn read(json: &str) -> Option<Option<i64>> {
-        serde_json::from_str::<KeyLimitChangeBody>(json).unwrap().0
+        serde_json::from_str::<KeyPatch>(json)
+            .unwrap()
+            .monthly_limit
     }
 
     #[test]
@@ -94,8 +144,28 @@ mod tests {
         assert_eq!(read(r#"{"monthly_limit": 5}"#), Some(Some(5)));
         assert_eq!(read(r#"{"monthly_limit": null}"#), Some(None));
         assert_eq!(read("{}"), None);
-        assert!(serde_json::from_str::<KeyLimitChangeBody>(r#"{"monthly_limit": 1.5}"#).is_err());
-        assert!(serde_json::from_str::<KeyLimitChangeBody>(r#"{"limit": 1}"#).is_err());
+        assert!(serde_json::from_str::<KeyPatch>(r#"{"monthly_limit": 1.5}"#).is_err());
+        assert!(serde_json::from_str::<KeyPatch>(r#"{"limit": 1}"#).is_err());
+    }
+
+    #[test]
+    fn a_patch_asks_for_something_and_never_a_null_name() {
+        let now = Utc::now();
+        let patch = |json: &str| serde_json::from_str::<KeyPatch>(json).unwrap().change(now);
+        assert!(patch("{}").is_err());
+        assert!(patch(r#"{"name": null}"#).is_err());
+        let change = patch(r#"{"scopes": null, "rate_limit": {"per_second": 5}}"#).unwrap();
+        assert_eq!(change.scopes, Some(None));
+        assert_eq!(
+            change.rate_limit,
+            Some(Some(RateLimit {
+                per_second: 5,
+                burst: 5
+            }))
+        );
+        assert_eq!(change.name, None);
+        assert!(patch(r#"{"expires_at": "2000-01-01T00:00:00Z"}"#).is_err());
+        assert!(patch(r#"{"scopes": ["/lunar/v1/"]}"#).is_err());
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! API-key management: create (at most `account.max_keys` unrevoked, optionally with a
-//! monthly limit), list (paged, with each key's use this month), revoke. Changing a
-//! key's limit is in [`super::key_limit`].
+//! API-key management: create (at most `account.max_keys` live, with a name, expiry,
+//! scopes and limits), list (paged, with each key's use this month and last use), roll,
+//! revoke. Changing a key is in [`super::key_limit`].
 
 use axum::Json;
 use axum::body::Bytes;
@@ -9,25 +9,99 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::header::{CONTENT_TYPE, LINK};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::accounts::keys::revoke;
+use crate::accounts::keys::{
+    DEFAULT_GRACE_SECONDS, DEFAULT_KEY_NAME, KeySettings, checked_expiry, checked_name,
+    checked_scopes, revoke, roll,
+};
 pub use crate::accounts::keys::{
-    KeyCreated, KeySummary, MAX_KEY_LIMIT, checked_limit, create_account_key, keys_of,
+    KeyCreated, KeyRolled, KeySummary, MAX_KEY_LIMIT, checked_limit, create_account_key, keys_of,
 };
 use crate::auth::SessionPrincipal;
 use crate::error::{ApiError, ErrorBody, PathParams, QueryParams};
+use crate::plan::{RateLimit, RateLimitInput};
 use crate::state::AppState;
 
-/// The optional body of `POST /account/v1/keys`.
+/// The optional body of `POST /account/v1/keys`; every field may be left out.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewKey {
+    /// 1 to 64 printable characters; `default` when left out.
+    #[schema(example = "ci-runner", min_length = 1, max_length = 64)]
+    pub name: Option<String>,
+    /// RFC 3339, in the future; absent or null = never.
+    #[schema(example = "2027-06-30T00:00:00Z")]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The proxied prefixes the key may call, each `/vedic/v1/`, `/western/v1/` or a
+    /// path under one of them; absent or null = both.
+    #[schema(example = json!(["/vedic/v1/"]))]
+    pub scopes: Option<Vec<String>>,
     /// Units per UTC month this key may use; absent or null = no limit of its own.
     #[serde(default, deserialize_with = "crate::json_number::whole_or_null")]
     #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub monthly_limit: Option<i64>,
+    /// Calls per second through this key, on top of the account's; null = none.
+    #[schema(value_type = Option<RateLimit>)]
+    pub rate_limit: Option<RateLimitInput>,
+}
+
+impl NewKey {
+    /// The key settings asked for, each checked.
+    pub fn settings(self, now: DateTime<Utc>) -> Result<KeySettings, ApiError> {
+        Ok(KeySettings {
+            name: match self.name {
+                Some(name) => checked_name(name)?,
+                None => DEFAULT_KEY_NAME.to_owned(),
+            },
+            expires_at: checked_expiry(self.expires_at, now)?,
+            scopes: self.scopes.map(checked_scopes).transpose()?,
+            monthly_limit: checked_limit(self.monthly_limit)?,
+            rate_limit: self
+                .rate_limit
+                .map(|r| r.checked("rate_limit").map_err(ApiError::Validation))
+                .transpose()?,
+        })
+    }
+}
+
+/// The body of `POST /account/v1/keys/{key_id}/roll`; may be left out.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RollKey {
+    /// Seconds the old key keeps working, 0 to 604800; 86400 when left out.
+    #[serde(default, deserialize_with = "crate::json_number::whole_or_null")]
+    #[schema(minimum = 0, maximum = 604800, example = 3600)]
+    pub grace_seconds: Option<i64>,
+}
+
+/// An optional JSON body: empty (or `null`) is `T::default()`; anything else must be
+/// JSON, within the route's size.
+fn optional_json<T: Default + DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
+        _ => ApiError::BadRequestBody,
+    })?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    let json = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
+    if !json {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    // `null` asks for nothing, as an empty body does.
+    Ok(Json::<Option<T>>::from_bytes(&body)?.0.unwrap_or_default())
 }
 
 /// Creates another API key; the response is the only time it is shown. An account holds
@@ -43,7 +117,7 @@ pub struct NewKey {
         (status = 413, description = "PAYLOAD_TOO_LARGE: the body exceeds 16 KiB", body = ErrorBody),
         (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: a body whose content-type is not application/json", body = ErrorBody),
         (status = 409, description = "KEY_LIMIT: the account holds `account.max_keys` unrevoked keys", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED: `monthly_limit` is not an integer >= 0", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: a field is out of its range (the message names it)", body = ErrorBody),
         (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
         (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
     ))]
@@ -53,36 +127,57 @@ pub async fn create_key(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
-    let body = body.map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
-        _ => ApiError::BadRequestBody,
-    })?;
-    let request: NewKey = if body.iter().all(u8::is_ascii_whitespace) {
-        NewKey::default()
-    } else {
-        let json = headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .map(|v| v.trim().to_ascii_lowercase())
-            .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
-        if !json {
-            return Err(ApiError::UnsupportedMediaType);
-        }
-        // `null` asks for nothing, as an empty body does.
-        Json::<Option<NewKey>>::from_bytes(&body)?
-            .0
-            .unwrap_or_default()
-    };
-    let monthly_limit = checked_limit(request.monthly_limit)?;
+    let request: NewKey = optional_json(&headers, body)?;
+    let settings = request.settings(Utc::now())?;
     let created = create_account_key(
         &state.db,
         session.account_id,
         state.config.account.max_keys,
-        monthly_limit,
+        &settings,
     )
     .await?;
     Ok((StatusCode::CREATED, Json(created)))
+}
+
+/// Rolls a key: a new key with the old one's name, scopes and limits, shown once; the
+/// old key keeps working for `grace_seconds` (or until its own earlier expiry), so the
+/// customer's services can move over without a moment of refusals.
+#[utoipa::path(post, path = "/account/v1/keys/{key_id}/roll", tag = "account",
+    security(("session" = [])),
+    params(("key_id" = i64, Path, description = "A `key_id` of this account")),
+    request_body(content = Option<RollKey>, description = "Optional; an empty body gives the old key a day"),
+    responses(
+        (status = 201, description = "The new key; `api_key` is shown this once", body = KeyRolled),
+        (status = 400, description = "MALFORMED_JSON: the body is not JSON", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED: missing, unknown or expired session token", body = ErrorBody),
+        (status = 404, description = "KEY_NOT_FOUND: no key of this account has this id", body = ErrorBody),
+        (status = 409, description = "KEY_INACTIVE: the key is revoked or expired; KEY_LIMIT: the account's other live keys number `account.max_keys`", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: the body exceeds 16 KiB", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: a body whose content-type is not application/json", body = ErrorBody),
+        (status = 422, description = "VALIDATION_FAILED: `grace_seconds` is not an integer from 0 to 604800", body = ErrorBody),
+        (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
+        (status = 503, description = "SERVICE_UNAVAILABLE: the database does not answer", body = ErrorBody),
+    ))]
+pub async fn roll_key(
+    State(state): State<AppState>,
+    session: SessionPrincipal,
+    PathParams(key_id): PathParams<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<KeyRolled>), ApiError> {
+    let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
+    let request: RollKey = optional_json(&headers, body)?;
+    let rolled = roll(
+        &state.db,
+        &state.keys,
+        session.account_id,
+        key_id,
+        request.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS),
+        state.config.account.max_keys,
+        Utc::now(),
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(rolled)))
 }
 
 /// Keys per page of [`list_keys`] when `?limit=` is absent.

@@ -5,6 +5,7 @@
 //! the fleet's abuse limits of [`limits`]. Grants and usage figures come from
 //! [`crate::usage`].
 
+pub mod entitlements;
 pub mod key_limit;
 pub mod keys;
 pub mod plans;
@@ -35,6 +36,8 @@ pub fn router() -> Router<AppState> {
             "/account/v1/keys/{key_id}",
             delete(keys::revoke_key).patch(key_limit::patch_key),
         )
+        .route("/account/v1/keys/{key_id}/roll", post(keys::roll_key))
+        .route("/account/v1/entitlements", get(entitlements::entitlements))
         .route("/account/v1/plans", get(plans::list_plans))
         .route("/account/v1/redeem", post(redeem::redeem))
 }

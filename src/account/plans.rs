@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use crate::config::PlanConfig;
 use crate::error::ErrorBody;
+use crate::plan::RateLimit;
 use crate::state::AppState;
 use crate::usage::rules::Enforcement;
 
@@ -17,6 +18,10 @@ pub struct PlanSummary {
     pub monthly_allowance: i64,
     pub daily_allowance: Option<i64>,
     pub enforcement: Enforcement,
+    /// The features the plan includes (SPEC §17).
+    pub features: Vec<String>,
+    /// Calls per second and burst (SPEC §16); null = none.
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl From<&PlanConfig> for PlanSummary {
@@ -26,6 +31,8 @@ impl From<&PlanConfig> for PlanSummary {
             monthly_allowance: plan.monthly_allowance,
             daily_allowance: plan.daily_allowance,
             enforcement: plan.enforcement,
+            features: plan.features.clone(),
+            rate_limit: plan.terms().rate_limit,
         }
     }
 }

@@ -86,12 +86,13 @@ async fn claim(
         .filter(|t| crate::month::storable(*t))
         .ok_or_else(|| ApiError::Validation("the code's months run past year 9999".into()))?;
     let new = NewSubscription {
-        plan: claimed.plan,
         monthly_allowance: claimed.monthly_allowance,
         starts_at: now,
         expires_at: Some(expires_at),
         daily_allowance: claimed.daily_allowance,
         enforcement,
+        terms: allocation.catalogue_terms(&claimed.plan),
+        plan: claimed.plan,
     };
     let activated = allocation
         .activate_in(&mut tx, account_id, &new, now)

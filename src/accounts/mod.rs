@@ -6,3 +6,4 @@
 pub mod codes;
 pub mod credentials;
 pub mod keys;
+pub mod last_used;

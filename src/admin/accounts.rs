@@ -142,11 +142,7 @@ pub async fn daily_usage(
     let now = Utc::now();
     let month = month_or_current(&query, now)?;
     let mut conn = state.db.acquire().await?;
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM account WHERE id = $1)")
-        .bind(account_id)
-        .fetch_one(&mut *conn)
-        .await?;
-    if !exists {
+    if !crate::usage::report::account_exists(&mut conn, account_id).await? {
         return Err(ApiError::AccountNotFound);
     }
     let days = series::daily(&mut conn, account_id, month, now).await?;

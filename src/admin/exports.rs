@@ -127,11 +127,7 @@ pub async fn account_exports(
         )));
     }
     let mut conn = state.db.acquire().await?;
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM account WHERE id = $1)")
-        .bind(account_id)
-        .fetch_one(&mut *conn)
-        .await?;
-    if !exists {
+    if !crate::usage::report::account_exists(&mut conn, account_id).await? {
         return Err(ApiError::AccountNotFound);
     }
     let listed = windows::list(&mut conn, account_id, limit).await?;

@@ -1,9 +1,10 @@
 //! A per-replica cache of API-key lookups, kept honest by PostgreSQL LISTEN/NOTIFY.
 //!
-//! Only keys found valid are cached (by their SHA-256); unknown and revoked keys always
-//! go to the database. A trigger on `api_key` (migration V5) notifies channel
-//! [`CHANNEL`] with the key's hash whenever a key is revoked or deleted, however that
-//! happens; every replica's listener drops the entry at once.
+//! Only keys found valid are cached (by their SHA-256), with their expiry, scopes and
+//! rate limit; unknown and revoked keys always go to the database. A trigger on
+//! `api_key` (migrations V5, V18) notifies channel [`CHANNEL`] with the key's hash
+//! whenever a key is revoked or deleted or its expiry, scopes or rate limit change,
+//! however that happens; every replica's listener drops the entry at once.
 //!
 //! The cache answers only while its listener is *proven* live: every [`PING_EVERY`] the
 //! replica notifies its own ping through the pool, and entries are trusted only while a
@@ -42,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use metrics::Counter;
 
+use super::key_policy::KeyPolicy;
 use crate::sync::lock;
 use crate::telemetry::{RateLimitedLog, Registered};
 
@@ -61,10 +63,12 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 const SHARDS: usize = 64;
 
 /// A valid key, as the database last said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CachedKey {
     pub key_id: i64,
     pub account_id: i64,
+    /// Its expiry, scopes and rate limit; `None` for an unrestricted key.
+    pub policy: Option<Arc<KeyPolicy>>,
 }
 
 /// The invalidation generation read before a database lookup; see [`KeyCache::insert`].
@@ -133,7 +137,7 @@ impl KeyCache {
         if !inner.trusted(Instant::now()) {
             return None;
         }
-        let hit = inner.entries.get(hash).map(|entry| *entry);
+        let hit = inner.entries.get(hash).map(|entry| entry.clone());
         static HIT: Registered<Counter> = Registered::new();
         static MISS: Registered<Counter> = Registered::new();
         match hit {
@@ -333,6 +337,7 @@ mod tests {
     const KEY: CachedKey = CachedKey {
         key_id: 7,
         account_id: 42,
+        policy: None,
     };
 
     fn heard_now(cache: &KeyCache) {

@@ -13,6 +13,7 @@ pub mod admin;
 pub mod api_key;
 pub mod attempts;
 pub mod key_cache;
+pub mod key_policy;
 pub mod limits;
 pub mod password;
 pub mod principal;

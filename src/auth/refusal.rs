@@ -22,6 +22,8 @@ pub enum Refusal {
     RevokedKey,
     EscapingPath,
     AdminToken,
+    ExpiredKey,
+    OutOfScope,
 }
 
 impl Refusal {
@@ -33,11 +35,13 @@ impl Refusal {
             Refusal::RevokedKey => "revoked_key",
             Refusal::EscapingPath => "escaping_path",
             Refusal::AdminToken => "admin_token",
+            Refusal::ExpiredKey => "expired_key",
+            Refusal::OutOfScope => "out_of_scope",
         }
     }
 }
 
-static LOGS: LazyLock<[RateLimitedLog; 6]> =
+static LOGS: LazyLock<[RateLimitedLog; 8]> =
     LazyLock::new(|| std::array::from_fn(|_| RateLimitedLog::new(LOG_EVERY)));
 
 /// Counts a refusal. `Some(suppressed)` when a line may be logged now, with the number

@@ -57,6 +57,7 @@ fn subscription(
         expires_at: Some(ends),
         daily_allowance: plan.daily_allowance,
         enforcement: plan.enforcement,
+        terms: plan.terms(),
     }
 }
 

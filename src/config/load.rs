@@ -242,6 +242,32 @@ impl Config {
                 ));
             }
         }
+        for route in &self.entitlements.routes {
+            if !route.prefix.starts_with('/') {
+                return fail(format!(
+                    "entitlements.routes: prefix `{}` must start with /",
+                    route.prefix
+                ));
+            }
+            if let Some(problem) = crate::plan::feature_problem(&route.feature) {
+                return fail(format!(
+                    "entitlements.routes: `{}`: {problem}",
+                    route.prefix
+                ));
+            }
+        }
+        if let Err(problem) =
+            crate::plan::checked_features(self.usage.free_features.clone(), "usage.free_features")
+        {
+            return fail(problem);
+        }
+        if let Some(Err(problem)) = self
+            .usage
+            .free_rate_limit
+            .map(|r| r.checked("usage.free_rate_limit"))
+        {
+            return fail(problem);
+        }
         if let Some(name) = &self.pricing.cost_header
             && axum::http::HeaderName::from_bytes(name.as_bytes()).is_err()
         {

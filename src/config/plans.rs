@@ -11,7 +11,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::de::lenient;
-use crate::plan::{Enforcement, FREE_PLAN};
+use crate::plan::{Enforcement, FREE_PLAN, PlanTerms, RateLimitInput, checked_features};
 
 /// Longest plan name, in characters.
 pub const MAX_PLAN_CHARS: usize = 64;
@@ -36,9 +36,24 @@ pub struct PlanConfig {
     /// (SPEC §12). An `http` or `https` URL.
     #[serde(default)]
     pub checkout_url: Option<String>,
+    /// The features the plan includes (SPEC §17); `entitlements.routes` says which
+    /// routes need which.
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Calls per second and burst (SPEC §16); none when absent.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimitInput>,
 }
 
 impl PlanConfig {
+    /// The plan's features and rate limit (checked when the configuration loaded).
+    pub fn terms(&self) -> PlanTerms {
+        PlanTerms {
+            features: self.features.clone(),
+            rate_limit: self.rate_limit.and_then(|r| r.checked("rate_limit").ok()),
+        }
+    }
+
     /// The checkout page of this plan for `account_id`: `checkout_url` with
     /// `client_reference_id=<account_id>` added to its query (replacing any there), so
     /// the payment webhook of SPEC §11 knows whose payment it is. None without one.
@@ -215,6 +230,12 @@ pub(super) fn validate_plans(plans: &[PlanConfig]) -> Result<(), String> {
                 plan.name
             ));
         }
+        if let Err(problem) = checked_features(plan.features.clone(), "features") {
+            return Err(format!("plans: `{}`: {problem}", plan.name));
+        }
+        if let Some(Err(problem)) = plan.rate_limit.map(|r| r.checked("rate_limit")) {
+            return Err(format!("plans: `{}`: {problem}", plan.name));
+        }
         if let Some(problem) = plan.checkout_url.as_deref().and_then(checkout_url_problem) {
             return Err(format!("plans: `{}`: {problem}", plan.name));
         }
@@ -243,6 +264,8 @@ mod tests {
             enforcement: Enforcement::Soft,
             price_id: price.map(Into::into),
             checkout_url: None,
+            features: vec![],
+            rate_limit: None,
         }
     }
 

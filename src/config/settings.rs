@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::de::{cidr_list, lenient};
 use super::notify::NotifyConfig;
 use super::plans::{BillingConfig, PlanConfig};
+use crate::plan::{PlanTerms, RateLimitInput};
 
 /// The profile that turns metering and throttling off for development.
 pub const LOCAL_PROFILE: &str = "local";
@@ -30,6 +31,8 @@ pub struct Config {
     pub nats: NatsConfig,
     pub cloudflare: CloudflareConfig,
     pub pricing: PricingConfig,
+    /// Which routes need which plan feature (SPEC §17).
+    pub entitlements: EntitlementsConfig,
     /// The plan catalogue (`[[plans]]`).
     pub plans: Vec<PlanConfig>,
     pub billing: BillingConfig,
@@ -261,6 +264,23 @@ pub struct PricingConfig {
     pub cost_header: Option<String>,
 }
 
+/// `[entitlements]`: the features routes need (SPEC §17).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EntitlementsConfig {
+    /// `[{prefix = "/western/v1/synastry/", feature = "synastry"}]`; the longest
+    /// matching prefix wins, paths matching none need no feature.
+    pub routes: Vec<FeatureRoute>,
+}
+
+/// The feature the calls under one path prefix need.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureRoute {
+    pub prefix: String,
+    pub feature: String,
+}
+
 /// The price of the calls under one path prefix.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -337,12 +357,30 @@ impl Default for UsageCheckConfig {
 pub struct UsageConfig {
     #[serde(deserialize_with = "lenient")]
     pub free_monthly_calls: i64,
+    /// The free grant's features (SPEC §17).
+    pub free_features: Vec<String>,
+    /// The free grant's rate limit (SPEC §16); none when absent.
+    pub free_rate_limit: Option<RateLimitInput>,
 }
 
 impl Default for UsageConfig {
     fn default() -> Self {
         Self {
             free_monthly_calls: 3_000,
+            free_features: Vec::new(),
+            free_rate_limit: None,
+        }
+    }
+}
+
+impl UsageConfig {
+    /// The free grant's features and rate limit (checked when the configuration loaded).
+    pub fn free_terms(&self) -> PlanTerms {
+        PlanTerms {
+            features: self.free_features.clone(),
+            rate_limit: self
+                .free_rate_limit
+                .and_then(|r| r.checked("usage.free_rate_limit").ok()),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! One account (`GET /console/accounts/{id}[?month=YYYY-MM]`): where it stands this
-//! month, its usage per day as a chart, its subscriptions, key prefixes (never a key)
-//! and top-ups, and the forms that add a subscription or a top-up (handled in
+//! month, its usage per day as a chart, its subscriptions, its keys (name, prefix — never
+//! a key —, expiry, scopes, last use, limits) and top-ups, and the forms that add a subscription or a top-up (handled in
 //! [`super::forms`], which shows this page again with the form's error).
 
 use axum::extract::rejection::QueryRejection;
@@ -154,20 +154,36 @@ pub async fn render(
             @if keys.is_empty() { p.empty { "No keys." } } @else {
                 table {
                     thead { tr {
-                        th.num { "Id" } th { "Prefix" } th { "Created" } th { "Revoked" }
-                        th.num { "Used this month" } th.num { "Monthly limit" } th { "" }
+                        th.num { "Id" } th { "Key" } th { "Created" } th { "Revoked" }
+                        th.num { "Used this month" } th.num { "Monthly limit" } th { "Expires" }
+                        th { "Scopes" } th { "Last used" } th { "Rate limit" } th { "" }
                     } }
                     tbody { @for k in &keys {
+                        @let expired = k.revoked_at.is_none() && k.expires_at.is_some_and(|at| at <= now);
                         tr data-key-id=(k.key_id) {
-                            td.num { (k.key_id) } td { code { (k.prefix) "…" } } td { (instant(k.created_at)) }
+                            td.num { (k.key_id) }
+                            td { span.key-name { (k.name) } " " code { (k.prefix) "…" } }
+                            td { (instant(k.created_at)) }
                             td { @if let Some(at) = k.revoked_at { (instant(at)) } @else { "—" } }
                             td.num data-used=(k.used) { (grouped(k.used)) }
                             td.num data-limit=[k.monthly_limit] {
                                 @match k.monthly_limit { Some(n) => (grouped(n)), None => "none" }
                             }
-                            td { @if k.revoked_at.is_none() && k.monthly_limit.is_some_and(|n| k.used >= n) {
-                                span.badge.exhausted { "used up" }
+                            td.expires { @if let Some(at) = k.expires_at { (instant(at)) } @else { "never" } }
+                            td.scopes { @for (i, scope) in k.scopes.iter().enumerate() {
+                                @if i > 0 { br; }
+                                code { (scope) }
                             } }
+                            td.last-used { @if let Some(at) = k.last_used_at { (instant(at)) } @else { "never" } }
+                            td.rate-limit { @if let Some(r) = &k.rate_limit {
+                                (grouped(i64::from(r.per_second))) "/s, burst " (grouped(i64::from(r.burst)))
+                            } @else { "none" } }
+                            td {
+                                @if k.revoked_at.is_none() && k.monthly_limit.is_some_and(|n| k.used >= n) {
+                                    span.badge.exhausted { "used up" } " "
+                                }
+                                @if expired { span.badge.exhausted { "expired" } }
+                            }
                         }
                     } }
                 }

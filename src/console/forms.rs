@@ -10,7 +10,7 @@ use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 
 use super::account::{Echo, SubscriptionFields, TopUpFields, render};
 use super::page::{FlashKind, Problem, grouped};
@@ -142,6 +142,9 @@ fn subscription_request(fields: &SubscriptionFields) -> Result<SubscriptionReque
         enforcement,
         starts_at: instant("Starts", fields.starts_at.as_deref())?,
         expires_at: instant("Expires", fields.expires_at.as_deref())?,
+        // The catalogue plan's, else none.
+        rate_limit: None,
+        features: None,
     })
 }
 
@@ -198,20 +201,13 @@ fn instant(field: &str, text: Option<&str>) -> Result<Option<DateTime<Utc>>, Api
     if text.is_empty() {
         return Ok(None);
     }
-    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
-        return Ok(Some(at.with_timezone(&Utc)));
-    }
-    for format in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
-        if let Ok(at) = NaiveDateTime::parse_from_str(text, format) {
-            return Ok(Some(at.and_utc()));
-        }
-    }
-    if let Ok(day) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        return Ok(day.and_hms_opt(0, 0, 0).map(|at| at.and_utc()));
-    }
-    Err(ApiError::Validation(format!(
-        "{field}: give a date and time in UTC, like 2026-12-01 00:00"
-    )))
+    crate::web::params::utc_instant(text)
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::Validation(format!(
+                "{field}: give a date and time in UTC, like 2026-12-01 00:00"
+            ))
+        })
 }
 
 #[cfg(test)]

@@ -98,6 +98,8 @@ mod tests {
             enforcement: Enforcement::Soft,
             price_id: None,
             checkout_url: None,
+            features: vec![],
+            rate_limit: None,
         }
     }
 

@@ -6,7 +6,7 @@ use axum::Json;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::account::{key_limit, keys, plans, redeem, signup, usage};
+use crate::account::{entitlements, key_limit, keys, plans, redeem, signup, usage};
 use crate::admin::handlers as admin;
 use crate::admin::{
     accounts as admin_accounts, codes as admin_codes, exports as admin_exports,
@@ -27,6 +27,8 @@ use crate::config::Config;
         keys::list_keys,
         keys::revoke_key,
         key_limit::patch_key,
+        keys::roll_key,
+        entitlements::entitlements,
         plans::list_plans,
         redeem::redeem,
     ),
@@ -176,7 +178,7 @@ mod tests {
     fn every_operation_documents_every_error_it_can_answer() {
         let doc = document();
         let operations = operations(&doc);
-        assert_eq!(operations.len(), 19, "an operation was added or lost");
+        assert_eq!(operations.len(), 21, "an operation was added or lost");
         for (method, path, operation) in operations {
             let responses = operation["responses"].as_object().expect("responses");
             let missing = |statuses: &[&str]| -> Vec<String> {
@@ -280,12 +282,19 @@ mod tests {
         assert_eq!(codes["count"]["minimum"], 1);
         assert_eq!(codes["count"]["maximum"], crate::admin::codes::MAX_COUNT);
 
-        // PATCH refuses a body without `monthly_limit` (null removes the limit).
-        let change = &schemas["KeyLimitChange"];
-        assert_eq!(change["required"], serde_json::json!(["monthly_limit"]));
+        // Every field of a PATCH is optional (null clears it); unknown ones are refused.
+        let change = &schemas["KeyPatch"];
+        assert!(change.get("required").is_none(), "{change}");
         assert_eq!(change["additionalProperties"], false);
         assert_eq!(schemas["NewKey"]["additionalProperties"], false);
+        assert_eq!(schemas["RollKey"]["additionalProperties"], false);
         assert_eq!(change["properties"]["monthly_limit"]["minimum"], 0);
+        let name = &schemas["NewKey"]["properties"]["name"];
+        assert_eq!(name["maxLength"], crate::accounts::keys::MAX_KEY_NAME_CHARS);
+        let grace = &schemas["RollKey"]["properties"]["grace_seconds"];
+        assert_eq!(grace["maximum"], crate::accounts::keys::MAX_GRACE_SECONDS);
+        let rate = &schemas["RateLimit"]["properties"];
+        assert_eq!(rate["per_second"]["maximum"], crate::plan::MAX_PER_SECOND);
     }
 
     #[test]
@@ -329,6 +338,8 @@ mod tests {
             enforcement: Default::default(),
             price_id: None,
             checkout_url: None,
+            features: vec![],
+            rate_limit: None,
         }];
         let doc = super::document(&config);
         let schemas = &doc["components"]["schemas"];

@@ -47,6 +47,7 @@ pub fn router() -> Router<AppState> {
         .route("/portal/keys", get(keys::page).post(keys::create))
         .route("/portal/keys/{key_id}/revoke", post(keys::revoke))
         .route("/portal/keys/{key_id}/limit", post(keys::set_limit))
+        .route("/portal/keys/{key_id}/roll", post(keys::roll))
         .route("/portal/plans", get(plans::page))
         .route("/portal/redeem", post(plans::redeem))
         .route("/portal/{*rest}", get(page::unknown).post(page::unknown))

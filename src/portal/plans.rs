@@ -1,5 +1,7 @@
-//! The plans page (SPEC §11, §12): the catalogue, each plan with a `checkout_url`
-//! linking to the payment provider's hosted page with `client_reference_id=<account_id>`
+//! The plans page (SPEC §11, §12, §17): the catalogue with each plan's features and rate
+//! limit, the customer's current plan marked and what it includes (the entitlements of
+//! `GET /account/v1/entitlements`), each plan with a `checkout_url` linking to the
+//! payment provider's hosted page with `client_reference_id=<account_id>`
 //! ([`PlanConfig::checkout_link`]), and a form redeeming a code through
 //! `POST /account/v1/redeem`'s handler (same service, same failed-attempt limit).
 //!
@@ -10,17 +12,19 @@ use axum::extract::rejection::FormRejection;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::Utc;
-use maud::html;
+use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::overview::Done;
 use super::page::{Frame, PortalProblem, Section, notice, ok, shell};
 use super::session::Customer;
 use crate::accounts::codes;
+use crate::error::ApiError;
+use crate::plan::RateLimit;
 use crate::state::AppState;
+use crate::usage::report::entitlements;
 use crate::web::client::ClientIp;
 use crate::web::page::{csrf_field, grouped};
-use crate::web::params::{MonthQuery, usage_response};
 
 /// The redeem form (no `Debug`: it holds the code).
 #[derive(Deserialize)]
@@ -36,33 +40,53 @@ pub async fn page(
     Query(done): Query<Done>,
 ) -> Result<Response, PortalProblem> {
     let plans = &state.config.plans;
-    let current = usage_response(&state, customer.account_id, &MonthQuery { month: None })
+    let current = {
+        let mut conn = state.db.acquire().await?;
+        entitlements(
+            &mut conn,
+            customer.account_id,
+            Utc::now(),
+            state.config.usage.free_monthly_calls,
+            &state.config.usage.free_terms(),
+        )
         .await?
-        .0
-        .plan;
+        .ok_or(ApiError::AccountNotFound)?
+    };
     let content = html! {
         h1 { "Plans" }
-        p #current-plan { "You are on the " strong { (current) } " plan." }
+        p #current-plan { "You are on the " strong { (current.plan) } " plan." }
+        p #current-features {
+            @if current.features.is_empty() {
+                "It includes no features beyond the standard endpoints."
+            } @else {
+                "It includes " (features(&current.features)) "."
+            }
+        }
         @if plans.is_empty() {
             p.empty { "No plans are on offer." }
         } @else {
             table #plans {
                 thead { tr {
                     th { "Plan" } th.num { "Units per month" } th.num { "Units per day" }
-                    th { "Enforcement" } th { "" }
+                    th { "Enforcement" } th { "Rate limit" } th { "Features" } th { "" }
                 } }
                 tbody {
                     @for plan in plans {
-                        tr data-plan=(plan.name) aria-current=[(plan.name == current).then_some("true")] {
+                        @let mine = plan.name == current.plan;
+                        tr data-plan=(plan.name) aria-current=[mine.then_some("true")] {
                             td {
                                 (plan.name)
-                                @if plan.name == current { " " span.badge.active { "your plan" } }
+                                @if mine { " " span.badge.active { "your plan" } }
                             }
                             td.num { (grouped(plan.monthly_allowance)) }
                             td.num { @match plan.daily_allowance { Some(n) => (grouped(n)), None => "—" } }
                             td { (plan.enforcement.as_str()) }
+                            td.rate-limit { @match plan.terms().rate_limit { Some(r) => (rate_in_words(&r)), None => "—" } }
+                            td.features {
+                                @if plan.features.is_empty() { "—" } @else { (features(&plan.features)) }
+                            }
                             td {
-                                @if plan.name == current {
+                                @if mine {
                                 } @else if let Some(link) = plan.checkout_link(customer.account_id) {
                                     a.upgrade href=(link) rel="noopener noreferrer" { "Upgrade" }
                                 }
@@ -86,6 +110,25 @@ pub async fn page(
         notice: notice(done.done.as_deref()),
     };
     Ok(ok(shell("Plans", Some(frame), content)))
+}
+
+/// A list of features, each as the entitlement routes name it.
+fn features(names: &[String]) -> Markup {
+    html! {
+        @for (i, name) in names.iter().enumerate() {
+            @if i > 0 { ", " }
+            code.feature { (name) }
+        }
+    }
+}
+
+/// A rate limit in words: `10 calls a second, bursts of 20`.
+pub(super) fn rate_in_words(limit: &RateLimit) -> String {
+    format!(
+        "{} calls a second, bursts of {}",
+        grouped(i64::from(limit.per_second)),
+        grouped(i64::from(limit.burst))
+    )
 }
 
 /// Redeems a code; the overview shows the new plan.

@@ -5,6 +5,7 @@
 //! gateway's own 401/429/502/504 answers publish nothing.
 
 mod connect;
+pub mod entitlements;
 pub mod headers;
 pub mod path;
 mod pool;
@@ -30,6 +31,7 @@ use crate::error::ApiError;
 use crate::request_id::RequestId;
 use crate::server::body::RequestBodyError;
 use crate::telemetry::{RateLimitedLog, Registered};
+use crate::throttle::rate::Burst;
 use crate::usage::Standing;
 use crate::usage::accounting::UsageEvent;
 use crate::usage::key_limits::KeyVerdict;
@@ -42,7 +44,7 @@ const MAX_ROUTE_CHARS: usize = 512;
 /// Handles every request under the proxied prefixes. Once the caller is known, every
 /// answer (the upstream's, or the gateway's own refusal) carries its quota headers.
 pub async fn handle(State(state): State<ProxyState>, request: Request) -> Response<Body> {
-    let mut quota = None;
+    let mut quota = Quota::default();
     let mut key_limit = None;
     let mut response = match forward(&state, request, &mut quota).await {
         Ok(response) => response,
@@ -53,10 +55,21 @@ pub async fn handle(State(state): State<ProxyState>, request: Request) -> Respon
             e.into_response()
         }
     };
-    if let Some(standing) = quota {
-        quota_headers::apply(response.headers_mut(), &standing, key_limit, Utc::now());
-    }
+    quota_headers::apply(
+        response.headers_mut(),
+        quota.standing.as_ref(),
+        key_limit,
+        quota.burst,
+        Utc::now(),
+    );
     response
+}
+
+/// What the quota headers of a call say, as far as the call got.
+#[derive(Default)]
+struct Quota {
+    standing: Option<Standing>,
+    burst: Option<Burst>,
 }
 
 /// The connection's peer, and whether it is one of `server.trusted_proxies`.
@@ -80,7 +93,7 @@ fn peer_of(state: &ProxyState, request: &Request) -> headers::Peer {
 async fn forward(
     state: &ProxyState,
     request: Request,
-    quota: &mut Option<Standing>,
+    quota: &mut Quota,
 ) -> Result<Response<Body>, ApiError> {
     let path = request.uri().path();
     if path::prefix_of(path).is_none() {
@@ -106,6 +119,18 @@ async fn forward(
     .await?;
     let span = tracing::Span::current();
     span.record("account_id", principal.account_id);
+    if let Some(policy) = &principal.policy
+        && !policy.allows(path)
+    {
+        if let Some(suppressed) = refused(Refusal::OutOfScope) {
+            tracing::info!(
+                key_id = principal.key_id,
+                suppressed,
+                "api key refused: out of scope"
+            );
+        }
+        return Err(ApiError::KeyScopeDenied);
+    }
 
     let request_id = request
         .extensions()
@@ -113,6 +138,29 @@ async fn forward(
         .copied()
         .unwrap_or_else(RequestId::generate);
     let now = Utc::now();
+    // What the plan allows besides units: its features, then the calls per second.
+    let terms = state.quota.terms(principal.account_id, now).await?;
+    if let Some(terms) = &terms
+        && let Some(feature) = state.entitlements.feature_of(path)
+        && !terms.has(feature)
+    {
+        return Err(ApiError::FeatureNotInPlan);
+    }
+    let account_rate = terms.as_ref().and_then(|t| t.rate_limit);
+    let key_rate = principal.policy.as_ref().and_then(|p| p.rate_limit);
+    match state.rates.check(
+        account_rate.map(|l| (principal.account_id, l)),
+        key_rate.map(|l| (principal.key_id, l)),
+    ) {
+        Ok(burst) => quota.burst = burst,
+        Err(refused) => {
+            quota.burst = Some(refused.burst);
+            quota.standing = state.quota.standing(principal.account_id, now).await?;
+            return Err(ApiError::RateLimited {
+                retry_after: refused.retry_after,
+            });
+        }
+    }
     let mut cost = state.pricing.route_cost(path);
     // The key's own limit first: refused there, nothing of the account is spent.
     let key_hold = match state
@@ -122,7 +170,7 @@ async fn forward(
     {
         KeyVerdict::Pass(hold) => hold,
         KeyVerdict::Refuse { retry_after, limit } => {
-            *quota = state.quota.standing(principal.account_id, now).await?;
+            quota.standing = state.quota.standing(principal.account_id, now).await?;
             return Err(ApiError::KeyQuotaExceeded { retry_after, limit });
         }
     };
@@ -131,14 +179,14 @@ async fn forward(
             standing,
             retry_after,
         } => {
-            *quota = Some(standing);
+            quota.standing = Some(standing);
             return Err(ApiError::QuotaExceeded { retry_after });
         }
         Verdict::Forward {
             standing,
             reserved_by,
         } => {
-            *quota = standing;
+            quota.standing = standing;
             reserved_by
         }
     };
@@ -154,6 +202,7 @@ async fn forward(
 
     // Accounting behind: let it catch up a little before forwarding (bounded).
     state.usage.pace().await;
+    state.last_used.record(principal.key_id, now);
 
     let peer = peer_of(state, &request);
     let (parts, body) = request.into_parts();

@@ -10,12 +10,18 @@
 //! A call refused by its key's own monthly limit (SPEC §13, §21) also gets a `"key"`
 //! item, `"key";q=<limit>;w=<seconds of the month>` and `"key";r=0;t=<seconds until the
 //! month ends>`, so the headers explain the refusal.
+//!
+//! A call under a rate limit per second (SPEC §16) gets a `"burst"` item,
+//! `"burst";q=<burst>;w=1` and `"burst";r=<calls that would pass now>;t=<seconds until
+//! the bucket is full>`; it is the only item when metering is off (local mode), where a
+//! key's own rate limit still applies.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use crate::month::{Day, Month, seconds_until};
+use crate::throttle::rate::Burst;
 use crate::usage::Standing;
 
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -23,7 +29,7 @@ pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// The two header values for `standing` at `now`.
 pub fn values(standing: &Standing, now: DateTime<Utc>) -> (String, String) {
-    let (policy, current) = write(standing, None, now);
+    let (policy, current) = write(Some(standing), None, None, now);
     (
         String::from_utf8(policy).expect("ASCII"),
         String::from_utf8(current).expect("ASCII"),
@@ -32,12 +38,45 @@ pub fn values(standing: &Standing, now: DateTime<Utc>) -> (String, String) {
 
 /// Both values as bytes, numbers written with `itoa` (no formatting machinery); with
 /// `key_limit`, the `"key"` item of a key whose month is used up.
-fn write(standing: &Standing, key_limit: Option<i64>, now: DateTime<Utc>) -> (Vec<u8>, Vec<u8>) {
-    let (month, day) = (Month::containing(now), Day::containing(now));
-    let month_seconds = (month.end() - month.start()).num_seconds();
+fn write(
+    standing: Option<&Standing>,
+    key_limit: Option<i64>,
+    burst: Option<Burst>,
+    now: DateTime<Utc>,
+) -> (Vec<u8>, Vec<u8>) {
     let mut numbers = itoa::Buffer::new();
     let mut policy = Vec::with_capacity(64);
     let mut current = Vec::with_capacity(64);
+    if let Some(standing) = standing {
+        write_windows(&mut policy, &mut current, standing, key_limit, now);
+    }
+    if let Some(burst) = burst {
+        if !policy.is_empty() {
+            policy.extend_from_slice(b", ");
+            current.extend_from_slice(b", ");
+        }
+        policy.extend_from_slice(b"\"burst\";q=");
+        policy.extend_from_slice(numbers.format(burst.burst).as_bytes());
+        policy.extend_from_slice(b";w=1");
+        current.extend_from_slice(b"\"burst\";r=");
+        current.extend_from_slice(numbers.format(burst.remaining).as_bytes());
+        current.extend_from_slice(b";t=");
+        current.extend_from_slice(numbers.format(burst.full_in).as_bytes());
+    }
+    (policy, current)
+}
+
+/// The items of the month, the day and a used-up key's month.
+fn write_windows(
+    policy: &mut Vec<u8>,
+    current: &mut Vec<u8>,
+    standing: &Standing,
+    key_limit: Option<i64>,
+    now: DateTime<Utc>,
+) {
+    let (month, day) = (Month::containing(now), Day::containing(now));
+    let month_seconds = (month.end() - month.start()).num_seconds();
+    let mut numbers = itoa::Buffer::new();
     policy.extend_from_slice(b"\"monthly\";q=");
     policy.extend_from_slice(
         numbers
@@ -67,18 +106,22 @@ fn write(standing: &Standing, key_limit: Option<i64>, now: DateTime<Utc>) -> (Ve
         current.extend_from_slice(b", \"key\";r=0;t=");
         current.extend_from_slice(numbers.format(seconds_until(month.end(), now)).as_bytes());
     }
-    (policy, current)
 }
 
 /// Sets both headers on a response; `key_limit` adds the `"key"` item of a key whose
-/// month is used up.
+/// month is used up, `burst` the rate limit's item. Nothing when neither a standing nor
+/// a rate limit is known.
 pub fn apply(
     headers: &mut HeaderMap,
-    standing: &Standing,
+    standing: Option<&Standing>,
     key_limit: Option<i64>,
+    burst: Option<Burst>,
     now: DateTime<Utc>,
 ) {
-    let (policy, current) = write(standing, key_limit, now);
+    if standing.is_none() && burst.is_none() {
+        return;
+    }
+    let (policy, current) = write(standing, key_limit, burst, now);
     if let (Ok(policy), Ok(current)) = (
         HeaderValue::from_maybe_shared(Bytes::from(policy)),
         HeaderValue::from_maybe_shared(Bytes::from(current)),
@@ -95,6 +138,8 @@ mod tests {
 
     fn standing(daily: Option<DailyStanding>) -> Standing {
         Standing {
+            terms: None,
+            next_change: None,
             account_id: 1,
             plan: "pro".into(),
             enforcement: Enforcement::Soft,
@@ -116,7 +161,7 @@ mod tests {
     #[test]
     fn a_key_refused_by_its_own_limit_adds_a_key_item_with_nothing_left() {
         let now: DateTime<Utc> = "2026-11-30T23:59:00Z".parse().unwrap();
-        let (policy, current) = write(&standing(None), Some(100), now);
+        let (policy, current) = write(Some(&standing(None)), Some(100), None, now);
         assert_eq!(
             String::from_utf8(policy).unwrap(),
             "\"monthly\";q=3050;w=2592000, \"key\";q=100;w=2592000"
@@ -143,5 +188,27 @@ mod tests {
             current,
             "\"monthly\";r=3040;t=1339200, \"daily\";r=0;t=43200"
         );
+    }
+
+    #[test]
+    fn a_rate_limit_adds_a_burst_item_alone_or_after_the_windows() {
+        let now: DateTime<Utc> = "2026-11-30T23:59:00Z".parse().unwrap();
+        let burst = Burst {
+            burst: 20,
+            remaining: 19,
+            full_in: 1,
+        };
+        let (policy, current) = write(Some(&standing(None)), None, Some(burst), now);
+        assert_eq!(
+            String::from_utf8(policy).unwrap(),
+            "\"monthly\";q=3050;w=2592000, \"burst\";q=20;w=1"
+        );
+        assert_eq!(
+            String::from_utf8(current).unwrap(),
+            "\"monthly\";r=3040;t=60, \"burst\";r=19;t=1"
+        );
+        let (policy, current) = write(None, None, Some(burst), now);
+        assert_eq!(String::from_utf8(policy).unwrap(), "\"burst\";q=20;w=1");
+        assert_eq!(String::from_utf8(current).unwrap(), "\"burst\";r=19;t=1");
     }
 }

@@ -5,11 +5,14 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use super::entitlements::Entitlements;
 use super::pricing::Pricing;
 use super::upstream::Upstream;
+use crate::accounts::last_used::LastUsed;
 use crate::auth::key_cache::KeyCache;
 use crate::config::Config;
 use crate::throttle::Throttler;
+use crate::throttle::rate::RateLimits;
 use crate::usage::accounting::UsagePublisher;
 use crate::usage::key_limits::KeyLimits;
 use crate::usage::standing::QuotaView;
@@ -34,6 +37,12 @@ pub struct ProxyParts {
     pub quota: QuotaView,
     pub throttler: Throttler,
     pub usage: UsagePublisher,
+    /// Which routes need which plan feature.
+    pub entitlements: Arc<Entitlements>,
+    /// This replica's rate-limit buckets.
+    pub rates: RateLimits,
+    /// Keys' last proxied calls.
+    pub last_used: LastUsed,
 }
 
 impl ProxyState {

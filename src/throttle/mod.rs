@@ -12,6 +12,8 @@ pub mod admission;
 mod core;
 pub mod fleet;
 mod listing;
+pub mod presence;
+pub mod rate;
 pub mod reconcile;
 mod settle;
 pub mod store;

@@ -110,6 +110,8 @@ mod tests {
         );
         assert_eq!(News::parse("x:1:2:3"), None);
         let standing = Standing {
+            terms: None,
+            next_change: None,
             account_id: 42,
             plan: "free".into(),
             enforcement: super::super::rules::Enforcement::Soft,

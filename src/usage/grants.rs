@@ -47,7 +47,8 @@ pub async fn create_free_subscription(
     let sub: Subscription = sqlx::query_as(
         "INSERT INTO subscription (account_id, plan, starts_at, monthly_allowance)
          VALUES ($1, $2, $3, $4)
-         RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement",
+         RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement,
+                   features, rate_per_second, rate_burst",
     )
     .bind(account_id)
     .bind(FREE_PLAN)
@@ -94,6 +95,9 @@ type SubscriptionRow = (
     Option<DateTime<Utc>>,
     Option<i64>,
     String,
+    Vec<String>,
+    Option<i32>,
+    Option<i32>,
 );
 
 /// Every subscription of `account_ids`, grouped by account.
@@ -102,14 +106,27 @@ pub async fn load_subscriptions(
     account_ids: &[i64],
 ) -> Result<HashMap<i64, Vec<Subscription>>, sqlx::Error> {
     let rows: Vec<SubscriptionRow> = sqlx::query_as(
-        "SELECT id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement
+        "SELECT id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement,
+                features, rate_per_second, rate_burst
          FROM subscription WHERE account_id = ANY($1)",
     )
     .bind(account_ids)
     .fetch_all(conn)
     .await?;
     let mut by_account: HashMap<i64, Vec<Subscription>> = HashMap::new();
-    for (id, account_id, plan, monthly_allowance, starts_at, expires_at, daily, enforcement) in rows
+    for (
+        id,
+        account_id,
+        plan,
+        monthly_allowance,
+        starts_at,
+        expires_at,
+        daily,
+        enforcement,
+        features,
+        rate_per_second,
+        rate_burst,
+    ) in rows
     {
         let sub = Subscription {
             id,
@@ -125,6 +142,9 @@ pub async fn load_subscriptions(
                     source: e.into(),
                 }
             })?,
+            features,
+            rate_per_second,
+            rate_burst,
         };
         by_account.entry(account_id).or_default().push(sub);
     }

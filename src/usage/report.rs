@@ -13,7 +13,8 @@ use utoipa::ToSchema;
 
 use super::grants::{allowance_of, load_snapshots, load_subscriptions};
 use super::rules::{
-    Enforcement, FREE_PLAN, Standing, Subscription, active_subscription, standing_of,
+    Enforcement, FREE_PLAN, PlanTerms, Standing, Subscription, active_subscription, next_change,
+    standing_of,
 };
 use super::spending::{Credit, credits_at};
 use crate::month::{Day, Month};
@@ -144,6 +145,7 @@ pub async fn standings(
         .into_iter()
         .filter(|(id, sub)| sub.is_some() || used.contains_key(id))
         .map(|(account_id, sub)| {
+            let changes_at = subs.get(&account_id).and_then(|list| next_change(list, at));
             let credits = credits
                 .get(&account_id)
                 .map_or(0, |list| credits_at(list, at));
@@ -152,9 +154,14 @@ pub async fn standings(
             match sub {
                 Some(s) => {
                     let allowance = allowance_of(&s, month, &snapshots, free_monthly_calls);
-                    standing_of(&s, allowance, used, credits, day_used)
+                    Standing {
+                        next_change: changes_at,
+                        ..standing_of(&s, allowance, used, credits, day_used)
+                    }
                 }
                 None => Standing {
+                    terms: None,
+                    next_change: changes_at,
                     account_id,
                     plan: FREE_PLAN.to_owned(),
                     enforcement: Enforcement::Soft,
@@ -168,6 +175,16 @@ pub async fn standings(
         .collect())
 }
 
+/// Whether the account exists.
+pub async fn account_exists(conn: &mut PgConnection, account_id: i64) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM account WHERE id = $1) AS "exists!""#,
+        account_id
+    )
+    .fetch_one(conn)
+    .await
+}
+
 /// The usage object of one account, or `None` when the account does not exist.
 pub async fn usage_report(
     conn: &mut PgConnection,
@@ -176,11 +193,7 @@ pub async fn usage_report(
     now: DateTime<Utc>,
     free_monthly_calls: i64,
 ) -> Result<Option<UsageReport>, sqlx::Error> {
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM account WHERE id = $1)")
-        .bind(account_id)
-        .fetch_one(&mut *conn)
-        .await?;
-    if !exists {
+    if !account_exists(conn, account_id).await? {
         return Ok(None);
     }
     let standing = standings(conn, &[account_id], month, now, free_monthly_calls)
@@ -188,6 +201,8 @@ pub async fn usage_report(
         .into_iter()
         .next()
         .unwrap_or(Standing {
+            terms: None,
+            next_change: None,
             account_id,
             plan: FREE_PLAN.into(),
             enforcement: Enforcement::Soft,
@@ -214,6 +229,47 @@ pub async fn usage_report(
         used: standing.used,
         credits: standing.credits,
         enforcement: standing.enforcement,
+    }))
+}
+
+/// What an account's active subscription includes now (SPEC §17).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct EntitlementsReport {
+    /// The active subscription's plan; `free` when no paid one is active.
+    pub plan: String,
+    /// The features it includes; routes listed in `entitlements.routes` need theirs.
+    pub features: Vec<String>,
+}
+
+/// The entitlements of one account now, or `None` when the account does not exist;
+/// `free` are the free grant's terms.
+pub async fn entitlements(
+    conn: &mut PgConnection,
+    account_id: i64,
+    now: DateTime<Utc>,
+    free_monthly_calls: i64,
+    free: &PlanTerms,
+) -> Result<Option<EntitlementsReport>, sqlx::Error> {
+    if !account_exists(conn, account_id).await? {
+        return Ok(None);
+    }
+    let standing = standings(
+        conn,
+        &[account_id],
+        Month::containing(now),
+        now,
+        free_monthly_calls,
+    )
+    .await?
+    .into_iter()
+    .next();
+    let (plan, terms) = match standing {
+        Some(s) => (s.plan, s.terms),
+        None => (FREE_PLAN.to_owned(), None),
+    };
+    Ok(Some(EntitlementsReport {
+        plan,
+        features: terms.map_or_else(|| free.features.clone(), |t| t.features.clone()),
     }))
 }
 

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 use crate::config::{PlanConfig, plan_name_problem};
 use crate::error::ApiError;
 use crate::month::storable;
+use crate::plan::{PlanTerms, RateLimit, RateLimitInput, checked_features};
 use crate::usage::rules::Enforcement;
 use crate::usage::subscriptions::NewSubscription;
 
@@ -48,6 +49,16 @@ pub struct SubscriptionRequest {
     /// `soft` or `hard`. Left out: the catalogue plan's, else `soft`.
     #[serde(default)]
     pub enforcement: Option<Enforcement>,
+    /// Calls per second and burst (SPEC §16); `null` for none. Left out: the catalogue
+    /// plan's, else none.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<RateLimit>)]
+    pub rate_limit: Option<Option<RateLimitInput>>,
+    /// The features this subscription includes (SPEC §17), replacing the catalogue
+    /// plan's. Left out: the catalogue plan's, else none.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<String>>, example = json!(["synastry"]))]
+    pub features: Option<Vec<String>>,
 }
 
 /// A field that is present, even as `null`, is `Some`; a missing one stays `None`.
@@ -111,7 +122,20 @@ pub fn validate(
             "expires_at must be after starts_at".into(),
         ));
     }
+    let rate_limit = match req.rate_limit {
+        Some(Some(given)) => Some(given.checked("rate_limit").map_err(ApiError::Validation)?),
+        Some(None) => None,
+        None => listed.and_then(|p| p.terms().rate_limit),
+    };
+    let features = match req.features {
+        Some(given) => checked_features(given, "features").map_err(ApiError::Validation)?,
+        None => listed.map(|p| p.features.clone()).unwrap_or_default(),
+    };
     Ok(NewSubscription {
+        terms: PlanTerms {
+            features,
+            rate_limit,
+        },
         plan,
         monthly_allowance,
         starts_at,
@@ -166,6 +190,8 @@ mod tests {
             expires_at: expires.map(|e| e.parse().unwrap()),
             daily_allowance: None,
             enforcement: None,
+            rate_limit: None,
+            features: None,
         }
     }
 
@@ -181,6 +207,8 @@ mod tests {
             enforcement: Enforcement::Hard,
             price_id: None,
             checkout_url: None,
+            features: vec![],
+            rate_limit: None,
         }]
     }
 
@@ -294,6 +322,8 @@ mod prop_tests {
                 expires_at: None,
                 daily_allowance: None,
                 enforcement: None,
+                rate_limit: None,
+                features: None,
             };
             prop_assert_eq!(
                 pattern.is_match(&plan).unwrap(),

@@ -5,11 +5,13 @@
 //! the last millisecond of a month, a start instant, an expiry instant — are unit
 //! tested without a clock or a database.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 
 use crate::month::Month;
 
-pub use crate::plan::{Enforcement, FREE_PLAN};
+pub use crate::plan::{Enforcement, FREE_PLAN, PlanTerms, RateLimit};
 
 /// One row of `subscription`.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -24,9 +26,22 @@ pub struct Subscription {
     pub daily_allowance: Option<i64>,
     #[sqlx(try_from = "String")]
     pub enforcement: Enforcement,
+    /// The features this subscription includes (SPEC §17).
+    pub features: Vec<String>,
+    /// Its rate limit (SPEC §16), stored as two columns; both null = none.
+    pub rate_per_second: Option<i32>,
+    pub rate_burst: Option<i32>,
 }
 
 impl Subscription {
+    /// The features and rate limit it was activated with.
+    pub fn terms(&self) -> PlanTerms {
+        PlanTerms {
+            features: self.features.clone(),
+            rate_limit: RateLimit::from_columns(self.rate_per_second, self.rate_burst),
+        }
+    }
+
     pub fn is_free(&self) -> bool {
         self.plan == FREE_PLAN
     }
@@ -81,6 +96,14 @@ pub struct Standing {
     /// Top-up units left (valid at the instant judged).
     pub credits: i64,
     pub daily: Option<DailyStanding>,
+    /// The active subscription's features and rate limit; `None` for the free grant,
+    /// whose terms are the configuration's (`usage.free_features`, `free_rate_limit`).
+    pub terms: Option<Arc<PlanTerms>>,
+    /// The next instant at which another subscription may become the active one (one
+    /// starts or ends), when it was read with the account's subscriptions: a replica's
+    /// view reads the standing again then, so features and rate limits follow within a
+    /// second of it.
+    pub next_change: Option<DateTime<Utc>>,
 }
 
 /// Where an account stands in one UTC day of a plan with a daily allowance.
@@ -140,6 +163,15 @@ impl Standing {
     }
 }
 
+/// The first instant after `at` at which any of `subs` starts or ends.
+pub fn next_change(subs: &[Subscription], at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    subs.iter()
+        .flat_map(|s| [Some(s.starts_at), s.expires_at])
+        .flatten()
+        .filter(|t| *t > at)
+        .min()
+}
+
 /// The standing of an account on `sub` (its active subscription) from the figures
 /// read or accounted: the month's allowance and units used, the credit valid now and
 /// the units used today (which matter only when the plan caps days).
@@ -161,6 +193,8 @@ pub fn standing_of(
             allowance,
             used: used_today,
         }),
+        terms: (!sub.is_free()).then(|| Arc::new(sub.terms())),
+        next_change: None,
     }
 }
 
@@ -223,6 +257,9 @@ mod tests {
             expires_at: end.map(at),
             daily_allowance: None,
             enforcement: Enforcement::Soft,
+            features: Vec::new(),
+            rate_per_second: None,
+            rate_burst: None,
         }
     }
 
@@ -233,6 +270,8 @@ mod tests {
     #[test]
     fn a_refusal_reports_nothing_left_in_the_window_it_refused() {
         let standing = Standing {
+            terms: None,
+            next_change: None,
             account_id: 1,
             plan: "metered".into(),
             enforcement: Enforcement::Hard,
@@ -390,6 +429,8 @@ mod tests {
 
     fn standing(allowance: i64, used: i64) -> Standing {
         Standing {
+            terms: None,
+            next_change: None,
             account_id: 1,
             plan: "pro".into(),
             enforcement: Enforcement::Soft,

@@ -5,6 +5,8 @@
 //! current-month snapshot in the same transaction. An upgrade only changes the
 //! ceiling: the calls already used this month stay counted.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool};
@@ -17,8 +19,10 @@ use super::rules::{
     Enforcement, MarkerAction, Standing, Subscription, daily_marker_action, marker_action,
 };
 use super::standing::QuotaView;
+use crate::config::PlanConfig;
 use crate::error::ApiError;
 use crate::month::{Day, Month};
+use crate::plan::{PlanTerms, RateLimit};
 use crate::throttle::Throttler;
 
 /// What an operator asks for.
@@ -30,6 +34,8 @@ pub struct NewSubscription {
     pub expires_at: Option<DateTime<Utc>>,
     pub daily_allowance: Option<i64>,
     pub enforcement: Enforcement,
+    /// Features and rate limit, fixed at activation.
+    pub terms: PlanTerms,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,11 +70,18 @@ pub struct SubscriptionCreated {
     pub expires_at: Option<DateTime<Utc>>,
     pub daily_allowance: Option<i64>,
     pub enforcement: Enforcement,
+    /// The features it includes (SPEC §17).
+    pub features: Vec<String>,
+    /// Calls per second and burst (SPEC §16); null = none.
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl From<Subscription> for SubscriptionCreated {
     fn from(sub: Subscription) -> Self {
+        let terms = sub.terms();
         Self {
+            features: terms.features,
+            rate_limit: terms.rate_limit,
             subscription_id: sub.id,
             account_id: sub.account_id,
             plan: sub.plan,
@@ -99,9 +112,21 @@ pub struct Allocation {
     pub free_monthly_calls: i64,
     /// False in local mode: no snapshots, no markers.
     pub metering: bool,
+    /// The plan catalogue, whose features and rate limits a subscription of a catalogue
+    /// plan is activated with.
+    pub plans: Arc<[PlanConfig]>,
 }
 
 impl Allocation {
+    /// The features and rate limit of the catalogue plan named `plan`; none elsewhere.
+    pub fn catalogue_terms(&self, plan: &str) -> PlanTerms {
+        self.plans
+            .iter()
+            .find(|p| p.name == plan)
+            .map(PlanConfig::terms)
+            .unwrap_or_default()
+    }
+
     /// Activates `new` for `account_id` in a transaction of its own. Once committed,
     /// the account's markers follow its new standing: removed when it has units again,
     /// written when it has none.
@@ -132,10 +157,10 @@ impl Allocation {
         let subscription: Subscription = sqlx::query_as(
             "INSERT INTO subscription
                  (account_id, plan, starts_at, expires_at, monthly_allowance, daily_allowance,
-                  enforcement)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+                  enforcement, features, rate_per_second, rate_burst)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
              RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at,
-                       daily_allowance, enforcement",
+                       daily_allowance, enforcement, features, rate_per_second, rate_burst",
         )
         .bind(account_id)
         .bind(&new.plan)
@@ -144,6 +169,9 @@ impl Allocation {
         .bind(new.monthly_allowance)
         .bind(new.daily_allowance)
         .bind(new.enforcement.as_str())
+        .bind(&new.terms.features)
+        .bind(RateLimit::columns(new.terms.rate_limit).0)
+        .bind(RateLimit::columns(new.terms.rate_limit).1)
         .fetch_one(&mut *tx)
         .await?;
 

@@ -78,6 +78,25 @@ pub fn search_of(q: Option<&str>) -> Result<Option<&str>, ApiError> {
     Ok(q.map(str::trim).filter(|q| !q.is_empty()))
 }
 
+/// An instant as a form field gives it, read as UTC: RFC 3339 with an offset, what a
+/// `datetime-local` field sends (`YYYY-MM-DDTHH:MM`, seconds optional),
+/// `YYYY-MM-DD HH:MM`, or a day (its midnight). `None` when it is none of these.
+pub fn utc_instant(text: &str) -> Option<DateTime<Utc>> {
+    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
+        return Some(at.with_timezone(&Utc));
+    }
+    ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
+        .iter()
+        .find_map(|f| chrono::NaiveDateTime::parse_from_str(text, f).ok())
+        .map(|at| at.and_utc())
+        .or_else(|| {
+            chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+                .ok()
+                .and_then(|day| day.and_hms_opt(0, 0, 0))
+                .map(|at| at.and_utc())
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use utoipa::OpenApi;

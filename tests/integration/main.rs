@@ -15,6 +15,7 @@ mod jetstream;
 mod key_cache;
 mod key_limits;
 mod layout;
+mod lifecycle;
 mod notify;
 mod plans;
 mod portal;

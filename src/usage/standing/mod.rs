@@ -36,7 +36,7 @@ mod preload;
 
 use super::announce::{CHANNEL, News};
 use super::report::standings;
-use super::rules::{Enforcement, Standing};
+use super::rules::{Enforcement, PlanTerms, Standing};
 use super::spending::reservation_block;
 use crate::month::{Day, Month, seconds_until};
 use crate::throttle::Throttler;
@@ -85,6 +85,8 @@ struct Entry {
 struct Inner {
     db: PgPool,
     free_monthly_calls: i64,
+    /// The free grant's features and rate limit (`usage.free_*`).
+    free_terms: Arc<PlanTerms>,
     replica: Uuid,
     throttler: Throttler,
     entries: DashMap<i64, Entry>,
@@ -94,6 +96,17 @@ struct Inner {
     changes: AtomicU64,
     /// One reservation at a time per account on this replica.
     reserving: tokio::sync::Mutex<()>,
+}
+
+impl Entry {
+    /// Whether the entry still answers for `now`: same month and day, read recently, and
+    /// no subscription has started or ended since.
+    fn fresh(&self, month: Month, day: Day, now: DateTime<Utc>) -> bool {
+        self.month == month
+            && self.day == day
+            && self.loaded_at.elapsed() < ENTRY_TTL
+            && self.standing.next_change.is_none_or(|t| now < t)
+    }
 }
 
 /// The view. Cheap to clone; [`QuotaView::disabled`] (metering off) knows nothing.
@@ -107,11 +120,17 @@ impl QuotaView {
         Self { inner: None }
     }
 
-    pub fn new(db: PgPool, free_monthly_calls: i64, throttler: Throttler) -> Self {
+    pub fn new(
+        db: PgPool,
+        free_monthly_calls: i64,
+        free_terms: PlanTerms,
+        throttler: Throttler,
+    ) -> Self {
         Self {
             inner: Some(Arc::new(Inner {
                 db,
                 free_monthly_calls,
+                free_terms: Arc::new(free_terms),
                 replica: Uuid::new_v4(),
                 throttler,
                 entries: DashMap::with_shard_amount(SHARDS),
@@ -169,12 +188,40 @@ impl QuotaView {
         }
     }
 
+    /// What the account's active subscription entitles it to besides units (features,
+    /// rate limit), as this replica knows it: read with the standing, so it costs a
+    /// round trip only when the standing does. `None` when metering is off.
+    pub async fn terms(
+        &self,
+        account_id: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Arc<PlanTerms>>, sqlx::Error> {
+        let Some(inner) = &self.inner else {
+            return Ok(None);
+        };
+        let (month, day) = (Month::containing(now), Day::containing(now));
+        let cached = inner.entries.get(&account_id).and_then(|entry| {
+            entry
+                .fresh(month, day, now)
+                .then(|| entry.standing.terms.clone())
+        });
+        let terms = match cached {
+            Some(terms) => terms,
+            None => inner.standing(account_id, now).await?.terms,
+        };
+        Ok(Some(terms.unwrap_or_else(|| inner.free_terms.clone())))
+    }
+
     /// Takes the standings this replica just accounted.
     pub fn observe(&self, accounted: &[Standing], now: DateTime<Utc>) {
         let Some(inner) = &self.inner else { return };
         for standing in accounted {
             if let Some(mut entry) = inner.entries.get_mut(&standing.account_id) {
+                // Accounting does not read the account's other subscriptions: the next
+                // change the entry knew of still stands.
+                let next_change = standing.next_change.or(entry.standing.next_change);
                 entry.standing = standing.clone();
+                entry.standing.next_change = next_change;
                 entry.month = Month::containing(now);
                 entry.day = Day::containing(now);
                 entry.loaded_at = Instant::now();
@@ -222,9 +269,7 @@ impl Inner {
     async fn standing(&self, account_id: i64, now: DateTime<Utc>) -> Result<Standing, sqlx::Error> {
         let (month, day) = (Month::containing(now), Day::containing(now));
         if let Some(entry) = self.entries.get(&account_id)
-            && entry.month == month
-            && entry.day == day
-            && entry.loaded_at.elapsed() < ENTRY_TTL
+            && entry.fresh(month, day, now)
         {
             return Ok(entry.standing.clone());
         }
@@ -452,6 +497,8 @@ async fn give_back(
 
 fn free_standing(account_id: i64, free_monthly_calls: i64) -> Standing {
     Standing {
+        terms: None,
+        next_change: None,
         account_id,
         plan: super::rules::FREE_PLAN.into(),
         enforcement: Enforcement::Soft,

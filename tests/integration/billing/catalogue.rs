@@ -18,9 +18,9 @@ async fn the_catalogue_is_listed_to_anyone_without_price_ids() {
         plans,
         json!([
             {"name": "pro", "monthly_allowance": 10_000, "daily_allowance": null,
-             "enforcement": "soft"},
+             "enforcement": "soft", "features": [], "rate_limit": null},
             {"name": "team", "monthly_allowance": 50_000, "daily_allowance": 5_000,
-             "enforcement": "hard"},
+             "enforcement": "hard", "features": [], "rate_limit": null},
         ])
     );
 }

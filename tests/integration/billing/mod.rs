@@ -37,6 +37,8 @@ pub fn with_catalogue(c: &mut Config) {
             enforcement: Enforcement::Soft,
             price_id: Some("price_pro".into()),
             checkout_url: None,
+            features: vec![],
+            rate_limit: None,
         },
         PlanConfig {
             name: "team".into(),
@@ -45,6 +47,8 @@ pub fn with_catalogue(c: &mut Config) {
             enforcement: Enforcement::Hard,
             price_id: Some("price_team".into()),
             checkout_url: None,
+            features: vec![],
+            rate_limit: None,
         },
     ];
     c.billing.stripe_webhook_secret = Some(SecretString::from(SECRET));

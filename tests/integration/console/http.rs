@@ -447,6 +447,8 @@ async fn the_subscription_form_offers_the_catalogue_and_states_its_date_format()
             enforcement: Default::default(),
             price_id: None,
             checkout_url: None,
+            features: vec![],
+            rate_limit: None,
         }];
     })
     .await;
@@ -468,4 +470,79 @@ async fn the_subscription_form_offers_the_catalogue_and_states_its_date_format()
     assert!(!page.contains("datetime-local"), "{page}");
     assert!(page.contains("Starts, UTC (YYYY-MM-DD HH:MM)"), "{page}");
     assert!(page.contains("Expires, UTC (YYYY-MM-DD HH:MM)"), "{page}");
+}
+
+#[tokio::test]
+async fn the_account_page_lists_each_keys_name_expiry_scopes_last_use_and_rate_limit() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let token = app.login(&customer).await;
+    let expires_at = "2099-01-02T03:04:00Z";
+    let res = app
+        .client
+        .post(app.url("/account/v1/keys"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({
+            "name": "nightly batch",
+            "expires_at": expires_at,
+            "scopes": ["/western/v1/"],
+            "rate_limit": {"per_second": 5, "burst": 10},
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    let made: serde_json::Value = res.json().await.unwrap();
+    let key_id = made["key_id"].as_i64().unwrap();
+    let api_key = made["api_key"].as_str().unwrap().to_owned();
+    assert_eq!(app.call("/western/v1/natal", &api_key).await.status(), 200);
+    app.state.last_used.flush(&app.db.pool).await.unwrap();
+
+    let operator = Operator::sign_in(&app).await;
+    let page = operator
+        .get(&format!("/console/accounts/{}", customer.account_id))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let row = |id: i64| {
+        let at = page
+            .find(&format!("<tr data-key-id=\"{id}\""))
+            .unwrap_or_else(|| panic!("key {id} in {page}"));
+        page[at..].split("</tr>").next().unwrap().to_owned()
+    };
+    let made = row(key_id);
+    assert!(
+        made.contains(r#"<span class="key-name">nightly batch</span>"#),
+        "{made}"
+    );
+    assert!(
+        made.contains(r#"<td class="expires">2099-01-02 03:04 UTC</td>"#),
+        "{made}"
+    );
+    assert!(
+        made.contains(r#"<td class="scopes"><code>/western/v1/</code></td>"#),
+        "{made}"
+    );
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    assert!(
+        made.contains(&format!(r#"<td class="last-used">{today} "#)),
+        "{made}"
+    );
+    assert!(
+        made.contains(r#"<td class="rate-limit">5/s, burst 10</td>"#),
+        "{made}"
+    );
+    assert!(!made.contains(&api_key), "a whole key is never shown");
+    // The sign-up key: named "default", never expires, both APIs, never used, no rate limit.
+    let first = row(customer.key_id);
+    for cell in [
+        r#"<span class="key-name">default</span>"#,
+        r#"<td class="expires">never</td>"#,
+        r#"<td class="scopes"><code>/vedic/v1/</code><br><code>/western/v1/</code></td>"#,
+        r#"<td class="last-used">never</td>"#,
+        r#"<td class="rate-limit">none</td>"#,
+    ] {
+        assert!(first.contains(cell), "{cell} in {first}");
+    }
 }

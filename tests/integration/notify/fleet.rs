@@ -77,6 +77,7 @@ async fn two_replicas_and_redelivered_events_record_each_threshold_once_a_month(
         quota: QuotaView::disabled(),
         free_monthly_calls: 3_000,
         metering: true,
+        plans: Vec::new().into(),
     };
     let tiny = NewSubscription {
         plan: "tiny".into(),
@@ -85,6 +86,7 @@ async fn two_replicas_and_redelivered_events_record_each_threshold_once_a_month(
         expires_at: None,
         daily_allowance: None,
         enforcement: Default::default(),
+        terms: Default::default(),
     };
     allocation
         .activate(account_id, &tiny, at("2026-11-01T00:00:00Z"))

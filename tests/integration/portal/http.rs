@@ -4,6 +4,7 @@
 use reqwest::header::{CONTENT_SECURITY_POLICY, COOKIE, SET_COOKIE, X_FRAME_OPTIONS};
 use serde_json::{Value, json};
 use tollgate::config::{Config, PlanConfig};
+use tollgate::plan::RateLimitInput;
 use tollgate::usage::rules::Enforcement;
 
 use super::*;
@@ -202,6 +203,7 @@ async fn forms_without_the_sessions_token_are_refused_and_change_nothing() {
     );
     let revoke = format!("/portal/keys/{key_id}/revoke");
     let limit = format!("/portal/keys/{key_id}/limit");
+    let roll = format!("/portal/keys/{key_id}/roll");
     for csrf in [None, Some("forged"), Some(other.as_str())] {
         let with = |extra: &[(&'static str, &'static str)]| {
             let mut form: Vec<(&str, &str)> = extra.to_vec();
@@ -214,6 +216,7 @@ async fn forms_without_the_sessions_token_are_refused_and_change_nothing() {
             ("/portal/keys", with(&[("monthly_limit", "5")])),
             (revoke.as_str(), with(&[])),
             (limit.as_str(), with(&[("monthly_limit", "5")])),
+            (roll.as_str(), with(&[("grace_hours", "1")])),
             ("/portal/redeem", with(&[("code", "tgr_x")])),
             ("/portal/sign-out", with(&[])),
         ] {
@@ -224,6 +227,7 @@ async fn forms_without_the_sessions_token_are_refused_and_change_nothing() {
     let keys = visitor.api("/account/v1/keys").await;
     assert_eq!(keys.as_array().unwrap().len(), 1);
     assert_eq!(keys[0]["revoked_at"], Value::Null);
+    assert_eq!(keys[0]["expires_at"], Value::Null);
     assert_eq!(keys[0]["monthly_limit"], Value::Null);
     assert!(visitor.page("/portal/").await.contains("Overview"));
 
@@ -262,7 +266,9 @@ async fn another_accounts_key_is_not_found() {
     for path in [
         format!("/portal/keys/{anns_key}/revoke"),
         format!("/portal/keys/{anns_key}/limit"),
+        format!("/portal/keys/{anns_key}/roll"),
         "/portal/keys/not-a-number/revoke".to_owned(),
+        "/portal/keys/not-a-number/roll".to_owned(),
         "/portal/keys/99999999/limit".to_owned(),
     ] {
         let res = bob
@@ -271,7 +277,9 @@ async fn another_accounts_key_is_not_found() {
         assert_eq!(res.status(), 404, "{path}");
     }
     let keys = ann.api("/account/v1/keys").await;
+    assert_eq!(keys.as_array().unwrap().len(), 1, "nothing rolled");
     assert_eq!(keys[0]["revoked_at"], Value::Null);
+    assert_eq!(keys[0]["expires_at"], Value::Null);
     assert_eq!(keys[0]["monthly_limit"], Value::Null);
     assert_eq!(app.call(DAILY, &ann.api_key).await.status(), 200);
     // Bob's page lists only Bob's key.
@@ -358,6 +366,235 @@ async fn keys_are_created_once_shown_limited_and_revoked() {
     assert_eq!(app.call(DAILY, &new_key).await.status(), 401);
 }
 
+/// The row of key `key_id` on a keys page.
+fn key_row(page: &str, key_id: i64) -> &str {
+    between(page, &format!("<tr data-key-id=\"{key_id}\""), "</tr>")
+}
+
+/// The `datetime` of the first `<time>` in `html`.
+fn time_in(html: &str) -> chrono::DateTime<chrono::Utc> {
+    between(html, "<time datetime=\"", "\"").parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_key_made_with_a_name_an_expiry_and_scopes_is_listed_with_them() {
+    let app = spawn_app().await;
+    let (visitor, _, _) = Visitor::sign_up(&app).await;
+    let csrf = visitor.csrf().await;
+    let expiry = (chrono::Utc::now() + chrono::Duration::days(30))
+        .format("%Y-%m-%dT%H:%M")
+        .to_string();
+    let res = visitor
+        .post(
+            "/portal/keys",
+            &[
+                ("csrf", &csrf),
+                ("name", "  ci deploy "),
+                ("expires_at", &expiry),
+                ("scope_western", "/western/v1/"),
+                ("scope_paths", "/vedic/v1/panchang/"),
+                ("monthly_limit", ""),
+            ],
+        )
+        .await;
+    assert_eq!(res.status(), 201);
+    let page = res.text().await.unwrap();
+    assert!(page.contains("All times are UTC."), "{page}");
+    let shown = between(&page, "<pre class=\"secret\"", "</pre>");
+    let new_key = between(shown, "<code>", "</code>").to_owned();
+    assert!(new_key.starts_with("tgk_"), "{page}");
+    let key_id: i64 = between(shown, "data-key-id=\"", "\"").parse().unwrap();
+
+    // The list shows the key's name, expiry (as entered, in UTC), scopes, and no use yet.
+    let page = visitor.page("/portal/keys").await;
+    assert!(!page.contains(&new_key), "a key is shown only once");
+    let row = key_row(&page, key_id);
+    assert!(row.contains(r#"<td class="name">ci deploy</td>"#), "{row}");
+    let expires = between(row, r#"<td class="expires">"#, "</td>");
+    assert!(expires.contains(&expiry.replace('T', " ")), "{expires}");
+    assert_eq!(
+        time_in(expires).format("%Y-%m-%dT%H:%M").to_string(),
+        expiry
+    );
+    let scopes = between(row, r#"<td class="scopes">"#, "</td>");
+    assert_eq!(
+        scopes,
+        "<code>/western/v1/</code><br><code>/vedic/v1/panchang/</code>"
+    );
+    assert!(row.contains(r#"<td class="last-used">never</td>"#), "{row}");
+    assert!(row.contains(r#"<td class="rate-limit">none</td>"#), "{row}");
+    // The sign-up key: named "default", no expiry, both APIs.
+    let first = visitor.api("/account/v1/keys").await[0]["key_id"]
+        .as_i64()
+        .unwrap();
+    let row = key_row(&page, first);
+    assert!(row.contains(r#"<td class="name">default</td>"#), "{row}");
+    assert!(row.contains(r#"<td class="expires">never</td>"#), "{row}");
+    assert!(
+        row.contains("<code>/vedic/v1/</code><br><code>/western/v1/</code>"),
+        "{row}"
+    );
+
+    // The scopes hold: a vedic daily horoscope is outside them, a western call inside.
+    assert_error(app.call(DAILY, &new_key).await, 403, "KEY_SCOPE_DENIED").await;
+    assert_eq!(app.call("/western/v1/natal", &new_key).await.status(), 200);
+    app.state.last_used.flush(&app.db.pool).await.unwrap();
+    let page = visitor.page("/portal/keys").await;
+    let last_used = between(key_row(&page, key_id), r#"<td class="last-used">"#, "</td>");
+    let at = time_in(last_used);
+    assert!(
+        (chrono::Utc::now() - at).num_seconds().abs() < 120,
+        "{last_used}"
+    );
+
+    // Refusals say what is wrong in the form's words, and make no key.
+    for (field, value, says) in [
+        (
+            "expires_at",
+            "2020-01-01T00:00",
+            "Expires must be in the future",
+        ),
+        (
+            "expires_at",
+            "next week",
+            "Expires must be a date and time in UTC",
+        ),
+        (
+            "scope_paths",
+            "/admin/v1/",
+            "Paths must each be /vedic/v1/ or /western/v1/",
+        ),
+        ("name", "\u{7}", "Name must be 1 to 64 printable characters"),
+    ] {
+        let res = visitor
+            .post("/portal/keys", &[("csrf", &csrf), (field, value)])
+            .await;
+        assert_eq!(res.status(), 422, "{field}={value}");
+        let page = res.text().await.unwrap();
+        assert!(page.contains(says), "{field}={value}: {page}");
+        assert!(
+            page.contains(r#"href="/portal/keys""#),
+            "a way back: {page}"
+        );
+    }
+    assert_eq!(
+        visitor
+            .api("/account/v1/keys")
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn rolling_a_key_shows_the_new_key_once_and_when_the_old_one_ends() {
+    let app = spawn_app().await;
+    let (visitor, _, _) = Visitor::sign_up(&app).await;
+    let csrf = visitor.csrf().await;
+    let old = visitor.api("/account/v1/keys").await[0].clone();
+    let old_id = old["key_id"].as_i64().unwrap();
+    let old_prefix = old["prefix"].as_str().unwrap().to_owned();
+    // Each live key has a roll form that defaults to a day's grace.
+    let page = visitor.page("/portal/keys").await;
+    let form = between(
+        key_row(&page, old_id),
+        &format!("action=\"/portal/keys/{old_id}/roll\""),
+        "</form>",
+    );
+    assert!(
+        form.contains(r#"name="grace_hours""#) && form.contains(r#"value="24""#),
+        "{form}"
+    );
+
+    let asked = chrono::Utc::now();
+    let res = visitor
+        .post(
+            &format!("/portal/keys/{old_id}/roll"),
+            &[("csrf", &csrf), ("grace_hours", "2")],
+        )
+        .await;
+    assert_eq!(res.status(), 201);
+    let page = res.text().await.unwrap();
+    let shown = between(&page, "<pre class=\"secret\"", "</pre>");
+    let new_key = between(shown, "<code>", "</code>").to_owned();
+    let new_id: i64 = between(shown, "data-key-id=\"", "\"").parse().unwrap();
+    assert!(
+        new_key.starts_with("tgk_") && new_key != visitor.api_key,
+        "{page}"
+    );
+    assert!(page.contains("Key rolled."), "{page}");
+    let end = between(&page, "id=\"old-key-end\"", "</p>");
+    assert!(
+        end.contains(&format!("<code>{old_prefix}…</code>")),
+        "{end}"
+    );
+    assert!(end.contains(" UTC"), "{end}");
+    let ends_at = time_in(end);
+    let two_hours = asked + chrono::Duration::hours(2);
+    assert!((ends_at - two_hours).num_seconds().abs() < 60, "{end}");
+    // What the page says is what the account API says.
+    let keys = visitor.api("/account/v1/keys").await;
+    let api_end: chrono::DateTime<chrono::Utc> =
+        keys[0]["expires_at"].as_str().unwrap().parse().unwrap();
+    assert!(
+        (api_end - ends_at).num_seconds().abs() <= 1,
+        "{api_end} vs {end}"
+    );
+    assert_eq!(keys[1]["key_id"], new_id);
+    assert_eq!(keys[1]["name"], "default");
+
+    // Both keys work during the grace; the list shows the old key's end, never the new key.
+    assert_eq!(app.call(DAILY, &new_key).await.status(), 200);
+    assert_eq!(app.call(DAILY, &visitor.api_key).await.status(), 200);
+    let page = visitor.page("/portal/keys").await;
+    assert!(!page.contains(&new_key), "a key is shown only once");
+    let expires = between(key_row(&page, old_id), r#"<td class="expires">"#, "</td>");
+    assert_eq!(time_in(expires), ends_at);
+    assert!(key_row(&page, new_id).contains(r#"<td class="name">default</td>"#));
+
+    // A grace that is not whole hours up to a week is refused in the form's words.
+    let res = visitor
+        .post(
+            &format!("/portal/keys/{new_id}/roll"),
+            &[("csrf", &csrf), ("grace_hours", "200")],
+        )
+        .await;
+    assert_eq!(res.status(), 422);
+    assert!(
+        res.text()
+            .await
+            .unwrap()
+            .contains("Grace must be a whole number of hours from 0 to 168")
+    );
+
+    // No grace: the key it replaces is refused at once as expired, and cannot be rolled.
+    let res = visitor
+        .post(
+            &format!("/portal/keys/{new_id}/roll"),
+            &[("csrf", &csrf), ("grace_hours", "0")],
+        )
+        .await;
+    assert_eq!(res.status(), 201);
+    assert_error(app.call(DAILY, &new_key).await, 401, "KEY_EXPIRED").await;
+    let res = visitor
+        .post(
+            &format!("/portal/keys/{new_id}/roll"),
+            &[("csrf", &csrf), ("grace_hours", "1")],
+        )
+        .await;
+    assert_eq!(res.status(), 409);
+    assert!(res.text().await.unwrap().contains("it cannot be rolled"));
+    let page = visitor.page("/portal/keys").await;
+    let row = key_row(&page, new_id);
+    assert!(row.contains("expired"), "{row}");
+    assert!(
+        !row.contains("/roll\""),
+        "no roll form on an expired key: {row}"
+    );
+}
+
 pub(super) fn with_plans(c: &mut Config) {
     c.plans = vec![
         PlanConfig {
@@ -367,6 +604,8 @@ pub(super) fn with_plans(c: &mut Config) {
             enforcement: Enforcement::Hard,
             price_id: Some("price_pro".into()),
             checkout_url: Some("https://buy.stripe.com/test_pro?prefilled_email=x".into()),
+            features: vec!["synastry".into(), "transits".into()],
+            rate_limit: None,
         },
         PlanConfig {
             name: "team".into(),
@@ -375,6 +614,11 @@ pub(super) fn with_plans(c: &mut Config) {
             enforcement: Enforcement::Soft,
             price_id: None,
             checkout_url: None,
+            features: vec![],
+            rate_limit: Some(RateLimitInput {
+                per_second: 10,
+                burst: Some(20),
+            }),
         },
     ];
     c.account.login_failures_per_hour = 2;
@@ -439,4 +683,62 @@ async fn plans_link_to_checkout_for_this_account_and_codes_are_redeemed() {
         .post("/portal/redeem", &[("csrf", &csrf), ("code", &code)])
         .await;
     assert_eq!(res.status(), 429);
+}
+
+#[tokio::test]
+async fn the_plans_page_shows_each_plans_features_and_rate_limit_and_marks_the_current_plan() {
+    let app = spawn_app_with(with_plans).await;
+    let (visitor, _, _) = Visitor::sign_up(&app).await;
+    let page = visitor.page("/portal/plans").await;
+    let pro = between(&page, "data-plan=\"pro\"", "</tr>");
+    assert_eq!(
+        between(pro, r#"<td class="features">"#, "</td>"),
+        r#"<code class="feature">synastry</code>, <code class="feature">transits</code>"#
+    );
+    assert!(pro.contains(r#"<td class="rate-limit">—</td>"#), "{pro}");
+    let team = between(&page, "data-plan=\"team\"", "</tr>");
+    assert!(team.contains(r#"<td class="features">—</td>"#), "{team}");
+    assert!(
+        team.contains(r#"<td class="rate-limit">10 calls a second, bursts of 20</td>"#),
+        "{team}"
+    );
+    // A new account is on the free plan, which has no features by default.
+    let current = between(&page, "id=\"current-plan\"", "</p>");
+    assert!(current.contains("<strong>free</strong>"), "{current}");
+    let includes = between(&page, "id=\"current-features\"", "</p>");
+    assert!(includes.contains("no features"), "{includes}");
+    assert!(!page.contains("your plan"), "{page}");
+
+    // On pro, the page marks it and says what it includes, as the entitlements do.
+    let res = app
+        .admin_post(
+            "/admin/v1/codes",
+            &json!({"plan": "pro", "months": 1, "count": 1, "expires_at": null}),
+        )
+        .await;
+    let code = res.json::<Value>().await.unwrap()["codes"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let csrf = visitor.csrf().await;
+    let res = visitor
+        .post("/portal/redeem", &[("csrf", &csrf), ("code", &code)])
+        .await;
+    assert_redirect(&res, "/portal/?done=redeemed");
+    let page = visitor.page("/portal/plans").await;
+    let pro = between(&page, "data-plan=\"pro\"", "</tr>");
+    assert!(pro.contains("aria-current=\"true\""), "{pro}");
+    assert!(pro.contains("your plan"), "{pro}");
+    let team = between(&page, "data-plan=\"team\"", "</tr>");
+    assert!(!team.contains("your plan"), "{team}");
+    let includes = between(&page, "id=\"current-features\"", "</p>");
+    assert!(
+        includes.contains(
+            r#"<code class="feature">synastry</code>, <code class="feature">transits</code>"#
+        ),
+        "{includes}"
+    );
+    let entitlements = visitor.api("/account/v1/entitlements").await;
+    assert_eq!(entitlements["plan"], "pro");
+    assert_eq!(entitlements["features"], json!(["synastry", "transits"]));
 }

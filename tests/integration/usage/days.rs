@@ -122,6 +122,7 @@ async fn a_day_counted_before_the_upgrade_moves_onto_the_row_and_is_judged_whole
         expires_at: None,
         daily_allowance: Some(6),
         enforcement: Default::default(),
+        terms: Default::default(),
     };
     let allocation = Allocation {
         db: pool.clone(),
@@ -129,6 +130,7 @@ async fn a_day_counted_before_the_upgrade_moves_onto_the_row_and_is_judged_whole
         quota: tollgate::usage::standing::QuotaView::disabled(),
         free_monthly_calls: FREE,
         metering: true,
+        plans: Vec::new().into(),
     };
     allocation.activate(id, &plan, now).await.unwrap();
     // Five calls of today counted as a release before V16 left them: in the day table,

@@ -114,6 +114,7 @@ async fn subscribe(
         expires_at: expires.map(at),
         daily_allowance: None,
         enforcement: Default::default(),
+        terms: Default::default(),
     };
     let allocation = Allocation {
         db: pool.clone(),
@@ -121,6 +122,7 @@ async fn subscribe(
         quota: tollgate::usage::standing::QuotaView::disabled(),
         free_monthly_calls: FREE,
         metering: true,
+        plans: Vec::new().into(),
     };
     let activated = allocation.activate(account_id, &new, at(now)).await;
     activated.unwrap().subscription.id
