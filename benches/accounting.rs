@@ -46,6 +46,7 @@ fn event(account_id: i64) -> UsageEvent {
         cost: 1,
         reserved_by: None,
         key_reserved_by: None,
+        latency_us: None,
     }
 }
 

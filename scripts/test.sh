@@ -3,8 +3,8 @@
 # (each test makes its own database and drops it) and NATS JetStream (each test makes
 # its own stream and deletes it), the console in headless Chromium, and a smoke run of the
 # accounting benchmark. Starts PostgreSQL and NATS when none answers, and installs
-# Chromium and chromedriver when they are missing. Ends with one line totalling every test
-# binary's results.
+# Chromium and chromedriver, and promtool, when they are missing. Ends with one line
+# totalling every test binary's results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/ensure-postgres.sh
@@ -14,6 +14,9 @@ source scripts/ensure-nats.sh
 # The console's browser tests drive Debian's headless Chromium through chromedriver.
 # shellcheck source=scripts/ensure-chromium.sh
 source scripts/ensure-chromium.sh
+# The metrics test lints the exposition with Prometheus's promtool.
+# shellcheck source=scripts/ensure-promtool.sh
+source scripts/ensure-promtool.sh
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -195,7 +195,7 @@ impl ApiError {
             TooManyRequests { .. } => "Too many attempts. Please try again later.".into(),
             KeyExpired => "This API key has expired.".into(),
             KeyScopeDenied => "This API key may not call this path.".into(),
-            KeyInactive => "This API key is revoked or expired; it cannot be rolled.".into(),
+            KeyInactive => "This API key is revoked or expired.".into(),
             RateLimited { .. } => "Too many requests. Please slow down.".into(),
             FeatureNotInPlan => "This endpoint is not included in your plan.".into(),
             EmailTaken => "An account with this email already exists.".into(),

@@ -6,7 +6,8 @@
 //! (the JSON APIs), [`console`] (the operators' web pages), [`portal`] (the customers'
 //! web pages, built from the console's pieces), [`billing`] (payment
 //! webhooks) and [`proxy`] (metered forwarding); those rely on [`auth`] (who is
-//! calling) and [`usage`] (the usage domain: every quota decision at request time, and,
+//! calling), [`accounts`] (keys, sign-up, codes), [`audit`] (the audit log every change
+//! of an account is recorded in) and [`usage`] (the usage domain: every quota decision at request time, and,
 //! in [`usage::accounting`], the usage events the proxy publishes recorded in the ledger
 //! under the same rules).
 //! Both tell [`throttle`] (admission and exhaustion markers) what to mark, and the
@@ -19,6 +20,7 @@
 pub mod account;
 pub mod accounts;
 pub mod admin;
+pub mod audit;
 pub mod auth;
 pub mod billing;
 pub mod client_ip;

@@ -57,12 +57,19 @@ pub struct RateLimit {
 }
 
 /// A rate limit as written in a request or the configuration: the burst may be left out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// `burst` must be at least `per_second`, a rule across fields the schema cannot state
+/// (`422 VALIDATION_FAILED` naming `burst` otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitInput {
+    /// Calls per second, 1 to 100000.
     #[serde(deserialize_with = "crate::json_number::whole")]
+    #[schema(minimum = 1, maximum = 100000, example = 10)]
     pub per_second: i64,
+    /// Calls the bucket holds, from `per_second` to 6000000; `per_second` when left out
+    /// or null.
     #[serde(default, deserialize_with = "crate::json_number::whole_or_null")]
+    #[schema(minimum = 1, maximum = 6000000, example = 20)]
     pub burst: Option<i64>,
 }
 

@@ -11,6 +11,7 @@
 
 use crate::accounts::last_used::LastUsed;
 use crate::throttle::rate::RateLimits;
+use crate::usage::analytics::RouteBook;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +33,7 @@ use crate::config::{Config, MarkerStoreKind, UsageTransport};
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::state::{AppState, Shared};
+use crate::telemetry::traces::Tracing;
 use crate::throttle::fleet::budget::PgCallBudget;
 use crate::throttle::{Fleet, MarkerCheck, MarkerStore, ThrottleSettings, Throttler};
 use crate::usage;
@@ -49,6 +51,8 @@ pub fn install_crypto() {
 /// A built gateway: state plus the background tasks serving it.
 pub struct Gateway {
     state: AppState,
+    /// The calls' traces (SPEC §22): off unless `telemetry.otlp_endpoint` is set.
+    tracing: Tracing,
     accountant: Option<Accountant>,
     stop_listener: CancellationToken,
     stop_background: CancellationToken,
@@ -102,7 +106,6 @@ impl Gateway {
     pub async fn build(config: Config, db: PgPool) -> anyhow::Result<Self> {
         install_crypto();
         crate::telemetry::prometheus();
-        crate::cloudflare::describe_metrics();
         let config = Arc::new(config);
         // Everything fallible comes before any task is spawned.
         let upstream = Arc::new(Upstream::from_config(&config)?);
@@ -114,6 +117,8 @@ impl Gateway {
         let stop_background = CancellationToken::new();
         let stop_listener = CancellationToken::new();
         let mut background = Vec::new();
+        let (tracing, exporter) = Tracing::start(&config.telemetry, stop_background.clone())?;
+        background.extend(exporter);
 
         let throttler = start_throttler(&config, &db, store, &stop_background, &mut background);
 
@@ -199,7 +204,7 @@ impl Gateway {
             rates.clone(),
             stop_background.clone(),
         ));
-        let last_used = LastUsed::new();
+        let last_used = LastUsed::new(keys.clone());
         background.push(last_used.start(db.clone(), stop_background.clone()));
         let state = AppState::new(
             Shared {
@@ -222,6 +227,7 @@ impl Gateway {
         );
         Ok(Self {
             state,
+            tracing,
             accountant,
             stop_listener,
             stop_background,
@@ -260,7 +266,7 @@ impl Gateway {
             })
         });
 
-        let served = serve(public, self.state.clone(), shutdown).await;
+        let served = serve_traced(public, self.state.clone(), self.tracing.clone(), shutdown).await;
         tracing::info!("public listener closed; draining usage queue");
 
         self.stop_listener.cancel();
@@ -296,7 +302,6 @@ impl Worker {
         config.validate_for_worker()?;
         install_crypto();
         crate::telemetry::prometheus();
-        crate::cloudflare::describe_metrics();
         let store = if config.throttle.enabled {
             Some(marker_store(&config, &db)?)
         } else {
@@ -405,7 +410,8 @@ fn accountant(config: &Config, db: &PgPool, throttler: &Throttler) -> Accountant
         true,
         throttler.clone(),
     )
-    .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms));
+    .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms))
+    .with_routes(RouteBook::from_config(config));
     if config.notify.enabled() {
         accountant.with_thresholds(&config.notify.percentages())
     } else {
@@ -472,10 +478,21 @@ async fn reconcile_schedule(
 
 /// Serves the public router on `listener` (HTTPS when the config names a certificate)
 /// within the connection limits of `server.*` until `shutdown` resolves; in-flight
-/// requests then get `server.shutdown_grace_ms`.
+/// requests then get `server.shutdown_grace_ms`. No traces: [`Gateway::run`] exports
+/// them.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_traced(listener, state, Tracing::off(), shutdown).await
+}
+
+/// [`serve`], the calls traced by `tracing`.
+async fn serve_traced(
+    listener: TcpListener,
+    state: AppState,
+    tracing: Tracing,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     install_crypto();
@@ -490,6 +507,6 @@ pub async fn serve(
     };
     // Each connection worker's app has an upstream pool of its own, so a call's
     // upstream connection lives on the thread that serves the call.
-    let apps = move || crate::http::Public::new(state.with_own_upstream_pool());
+    let apps = move || crate::http::Public::traced(state.with_own_upstream_pool(), tracing.clone());
     crate::server::run(listener, apps, tls, limits, shutdown).await
 }

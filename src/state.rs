@@ -89,7 +89,6 @@ impl AppState {
             usage: shared.usage.clone(),
             entitlements: Arc::new(Entitlements::from_config(&shared.config.entitlements)),
             rates: shared.rates.clone(),
-            last_used: shared.last_used.clone(),
         });
         Self(Arc::new(Parts {
             shared: Arc::new(shared),

@@ -1,11 +1,16 @@
-//! Logs and metrics.
+//! Logs, metrics and traces.
 //!
 //! `tracing` with a text or JSON formatter; Prometheus metrics through the `metrics`
-//! facade, rendered on the metrics listener only. [`RateLimitedLog`] keeps a failing
-//! dependency from turning every request into a log line. Span fields are formatted
-//! only once a line inside the span is logged ([`deferred`]).
+//! facade, rendered on the metrics listener only, every family with its HELP text
+//! ([`help`]). [`RateLimitedLog`] keeps a failing dependency from turning every request
+//! into a log line. Span fields are formatted only once a line inside the span is logged
+//! ([`deferred`]). Traces of calls go to an OTLP/HTTP collector when one is configured
+//! ([`traces`], [`export`]).
 
 mod deferred;
+mod export;
+mod help;
+pub mod traces;
 
 use std::borrow::Cow;
 use std::io::IsTerminal;
@@ -112,6 +117,7 @@ pub fn prometheus() -> PrometheusHandle {
             let handle = builder
                 .install_recorder()
                 .expect("no other metrics recorder is installed");
+            help::describe_all();
             let upkeep = handle.clone();
             // Histograms drain into the exposition only on upkeep.
             std::thread::Builder::new()

@@ -9,17 +9,22 @@ use utoipa::ToSchema;
 
 use chrono::{DateTime, Utc};
 
-use super::keys::{KeySummary, checked_limit};
+use super::keys::{KeySummary, Object, ScopePath, checked_limit, instant_or_null};
 use crate::accounts::keys::{KeyChange, change_key, checked_expiry, checked_name, checked_scopes};
+use crate::audit::Origin;
 use crate::auth::SessionPrincipal;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams};
-use crate::plan::{RateLimit, RateLimitInput};
+use crate::plan::RateLimitInput;
 use crate::usage::requests::present;
 
 use crate::state::AppState;
+use crate::web::client::ClientIp;
 
 /// The body of `PATCH /account/v1/keys/{key_id}`: every field optional, absent =
-/// unchanged, `null` = cleared; at least one field present.
+/// unchanged, `null` = cleared; at least one field present. `expires_at` must be in the
+/// future: a rule against the clock the schema cannot state.
+// No `min_properties = 1`: utoipa 5.5 writes it as `maxProperties`. An empty body is
+// refused with 422 (scripts/schemathesis.toml expects it).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KeyPatch {
@@ -29,20 +34,36 @@ pub struct KeyPatch {
     pub monthly_limit: Option<Option<i64>>,
     /// Calls per second through this key, or null to remove its own limit.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<RateLimit>)]
+    #[schema(value_type = Option<RateLimitInput>)]
     pub rate_limit: Option<Option<RateLimitInput>>,
-    /// 1 to 64 printable characters (cannot be null).
+    /// 1 to 64 printable characters (no control character), not all blank; cannot be
+    /// null.
+    // The pattern is `NewKey::name`'s: `checked_name` as a regular expression.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 64)]
+    #[schema(
+        value_type = String,
+        required = false,
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     pub name: Option<Option<String>>,
-    /// The proxied prefixes the key may call, or null for both.
+    /// The proxied prefixes the key may call (1 to 20, repeats dropped), or null for
+    /// both.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<Vec<String>>)]
+    #[schema(value_type = Option<Vec<ScopePath>>, min_items = 1, max_items = 20)]
     pub scopes: Option<Option<Vec<String>>>,
-    /// RFC 3339 in the future, or null for never.
-    #[serde(default, deserialize_with = "present")]
+    /// RFC 3339 in the future (before year 10000 UTC), or null for never.
+    #[serde(default, deserialize_with = "present_instant")]
     #[schema(value_type = Option<DateTime<Utc>>)]
     pub expires_at: Option<Option<DateTime<Utc>>>,
+}
+
+/// An instant that is present, null or not (`None` = absent: serde's default).
+fn present_instant<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<DateTime<Utc>>>, D::Error> {
+    instant_or_null(d).map(Some)
 }
 
 /// An integer field that is present, null or not (`None` = absent: serde's default).
@@ -111,8 +132,9 @@ impl KeyPatch {
 pub async fn patch_key(
     State(state): State<AppState>,
     session: SessionPrincipal,
+    ClientIp(ip): ClientIp,
     PathParams(key_id): PathParams<String>,
-    JsonBody(patch): JsonBody<KeyPatch>,
+    JsonBody(Object(patch)): JsonBody<Object<KeyPatch>>,
 ) -> Result<Json<KeySummary>, ApiError> {
     let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
     let change = patch.change(Utc::now())?;
@@ -124,6 +146,7 @@ pub async fn patch_key(
             session.account_id,
             key_id,
             &change,
+            Origin::account(ip),
         )
         .await?,
     ))
@@ -132,6 +155,21 @@ pub async fn patch_key(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_documents_the_name_a_new_key_does() {
+        use utoipa::PartialSchema;
+        let new = serde_json::to_value(super::super::keys::NewKey::schema()).unwrap();
+        let change = serde_json::to_value(KeyPatch::schema()).unwrap();
+        for field in ["pattern", "minLength", "maxLength"] {
+            assert_eq!(
+                new["properties"]["name"][field], change["properties"]["name"][field],
+                "{field}"
+            );
+        }
+        assert_eq!(change["properties"]["name"]["type"], "string");
+    }
+    use crate::plan::RateLimit;
 
     fn read(json: &str) -> Option<Option<i64>> {
         serde_json::from_str::<KeyPatch>(json)
@@ -146,6 +184,24 @@ mod tests {
         assert_eq!(read("{}"), None);
         assert!(serde_json::from_str::<KeyPatch>(r#"{"monthly_limit": 1.5}"#).is_err());
         assert!(serde_json::from_str::<KeyPatch>(r#"{"limit": 1}"#).is_err());
+    }
+
+    #[test]
+    fn a_body_is_an_object_never_an_array_of_the_fields() {
+        let read = |json: &str| serde_json::from_str::<Object<KeyPatch>>(json);
+        assert_eq!(
+            read(r#"{"monthly_limit": 5}"#).unwrap().0.monthly_limit,
+            Some(Some(5))
+        );
+        for not_an_object in ["[null, null]", "[5]", "[]", "null", "\"x\""] {
+            let error = read(not_an_object).unwrap_err().to_string();
+            assert!(
+                error.contains("expected an object"),
+                "{not_an_object}: {error}"
+            );
+        }
+        // Inside the object, the derived rules still hold.
+        assert!(read(r#"{"limit": 1}"#).is_err());
     }
 
     #[test]
@@ -165,6 +221,25 @@ mod tests {
         );
         assert_eq!(change.name, None);
         assert!(patch(r#"{"expires_at": "2000-01-01T00:00:00Z"}"#).is_err());
+        let change = patch(r#"{"expires_at": "2999-01-01T01:00:00+01:00"}"#).unwrap();
+        assert_eq!(
+            change.expires_at,
+            Some(Some("2999-01-01T00:00:00Z".parse().unwrap()))
+        );
+        assert_eq!(
+            patch(r#"{"expires_at": null}"#).unwrap().expires_at,
+            Some(None)
+        );
+        for bad in [r#""""#, r#""2027-06-30""#, "5", "[]"] {
+            let body = format!(r#"{{"expires_at": {bad}}}"#);
+            let error = serde_json::from_str::<KeyPatch>(&body)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("expected an RFC 3339 date and time, or null"),
+                "{bad}: {error}"
+            );
+        }
         assert!(patch(r#"{"scopes": ["/lunar/v1/"]}"#).is_err());
     }
 

@@ -9,45 +9,73 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::header::{CONTENT_TYPE, LINK};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 
+use std::fmt;
+use std::marker::PhantomData;
+
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::accounts::keys::{
-    DEFAULT_GRACE_SECONDS, DEFAULT_KEY_NAME, KeySettings, checked_expiry, checked_name,
+    DEFAULT_GRACE_SECONDS, DEFAULT_KEY_NAME, KeyRoll, KeySettings, checked_expiry, checked_name,
     checked_scopes, revoke, roll,
 };
 pub use crate::accounts::keys::{
     KeyCreated, KeyRolled, KeySummary, MAX_KEY_LIMIT, checked_limit, create_account_key, keys_of,
 };
+use crate::audit::Origin;
 use crate::auth::SessionPrincipal;
 use crate::error::{ApiError, ErrorBody, PathParams, QueryParams};
-use crate::plan::{RateLimit, RateLimitInput};
+use crate::plan::RateLimitInput;
 use crate::state::AppState;
+use crate::web::client::ClientIp;
 
 /// The optional body of `POST /account/v1/keys`; every field may be left out.
+/// `expires_at` must be in the future: a rule against the clock the schema cannot state.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewKey {
-    /// 1 to 64 printable characters; `default` when left out.
-    #[schema(example = "ci-runner", min_length = 1, max_length = 64)]
+    /// 1 to 64 printable characters (no control character), not all blank; `default`
+    /// when left out.
+    // The pattern is `checked_name` as a regular expression: blanks that are not control
+    // characters, one character that is neither, then any that are not control characters.
+    #[schema(
+        example = "ci-runner",
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     pub name: Option<String>,
-    /// RFC 3339, in the future; absent or null = never.
+    /// RFC 3339, in the future (before year 10000 UTC); absent or null = never.
+    #[serde(default, deserialize_with = "instant_or_null")]
     #[schema(example = "2027-06-30T00:00:00Z")]
     pub expires_at: Option<DateTime<Utc>>,
-    /// The proxied prefixes the key may call, each `/vedic/v1/`, `/western/v1/` or a
-    /// path under one of them; absent or null = both.
-    #[schema(example = json!(["/vedic/v1/"]))]
+    /// The proxied prefixes the key may call (1 to 20, repeats dropped), each
+    /// `/vedic/v1/`, `/western/v1/` or a path under one of them; absent or null = both.
+    #[schema(value_type = Option<Vec<ScopePath>>, min_items = 1, max_items = 20, example = json!(["/vedic/v1/"]))]
     pub scopes: Option<Vec<String>>,
     /// Units per UTC month this key may use; absent or null = no limit of its own.
     #[serde(default, deserialize_with = "crate::json_number::whole_or_null")]
     #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
     pub monthly_limit: Option<i64>,
     /// Calls per second through this key, on top of the account's; null = none.
-    #[schema(value_type = Option<RateLimit>)]
+    #[schema(value_type = Option<RateLimitInput>)]
     pub rate_limit: Option<RateLimitInput>,
 }
+
+/// A scope of a key (SPEC §15): `/vedic/v1/` or `/western/v1/`, or a longer path under
+/// one of them, of at most 256 printable ASCII characters: no empty, `.` or `..` segment
+/// but the last may be empty (a scope ending in `/`), no blank, `?`, `#` or `\`.
+// Only the document's: the handlers read scopes as strings and check them with
+// `checked_scopes`, whose rule the pattern states (held to it by a property test).
+#[derive(ToSchema)]
+#[schema(
+    pattern = r#"^(?=.{1,256}$)/(?:vedic|western)/v1/(?:(?!\.\.?/)[!"$-.0->@-\[\]-~]+/)*(?!\.\.?$)[!"$-.0->@-\[\]-~]*$"#,
+    example = "/vedic/v1/chart"
+)]
+pub struct ScopePath(pub String);
 
 impl NewKey {
     /// The key settings asked for, each checked.
@@ -78,8 +106,75 @@ pub struct RollKey {
     pub grace_seconds: Option<i64>,
 }
 
-/// An optional JSON body: empty (or `null`) is `T::default()`; anything else must be
-/// JSON, within the route's size.
+/// An RFC 3339 instant or null (`#[serde(default, deserialize_with = ...)]`), read as
+/// chrono reads one, but refused in the product's words ("expires_at must be an RFC 3339
+/// date and time, or null"), not the date parser's ("premature end of input").
+pub(crate) fn instant_or_null<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<DateTime<Utc>>, D::Error> {
+    struct Instant;
+
+    impl<'de> Visitor<'de> for Instant {
+        type Value = Option<DateTime<Utc>>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an RFC 3339 date and time, or null")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(self)
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            text.parse()
+                .map(Some)
+                .map_err(|_| E::invalid_value(de::Unexpected::Str(text), &self))
+        }
+    }
+
+    deserializer.deserialize_option(Instant)
+}
+
+/// A request body read from a JSON object only. serde's derived structs also read an
+/// array of their fields in order (`[null, null]` as a change's first two fields), which
+/// no document allows and no client means: that is refused (`422`, "the body must be an
+/// object") like any other value of the wrong type. Errors inside the object keep their
+/// field's path.
+#[derive(Debug, Default)]
+pub struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<T>(PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Fields<T> {
+            type Value = T;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+
+        deserializer
+            .deserialize_map(Fields(PhantomData))
+            .map(Object)
+    }
+}
+
+/// An optional JSON body: empty (or `null`) is `T::default()`; anything else must be a
+/// JSON object, within the route's size.
 fn optional_json<T: Default + DeserializeOwned>(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -101,7 +196,10 @@ fn optional_json<T: Default + DeserializeOwned>(
         return Err(ApiError::UnsupportedMediaType);
     }
     // `null` asks for nothing, as an empty body does.
-    Ok(Json::<Option<T>>::from_bytes(&body)?.0.unwrap_or_default())
+    Ok(Json::<Option<Object<T>>>::from_bytes(&body)?
+        .0
+        .map(|Object(body)| body)
+        .unwrap_or_default())
 }
 
 /// Creates another API key; the response is the only time it is shown. An account holds
@@ -124,6 +222,7 @@ fn optional_json<T: Default + DeserializeOwned>(
 pub async fn create_key(
     State(state): State<AppState>,
     session: SessionPrincipal,
+    ClientIp(ip): ClientIp,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
@@ -134,6 +233,7 @@ pub async fn create_key(
         session.account_id,
         state.config.account.max_keys,
         &settings,
+        Origin::account(ip),
     )
     .await?;
     Ok((StatusCode::CREATED, Json(created)))
@@ -161,19 +261,24 @@ pub async fn create_key(
 pub async fn roll_key(
     State(state): State<AppState>,
     session: SessionPrincipal,
+    ClientIp(ip): ClientIp,
     PathParams(key_id): PathParams<String>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<KeyRolled>), ApiError> {
     let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
     let request: RollKey = optional_json(&headers, body)?;
+    let request = KeyRoll {
+        key_id,
+        grace_seconds: request.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS),
+    };
     let rolled = roll(
         &state.db,
         &state.keys,
         session.account_id,
-        key_id,
-        request.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS),
+        request,
         state.config.account.max_keys,
+        Origin::account(ip),
         Utc::now(),
     )
     .await?;
@@ -250,9 +355,106 @@ pub async fn list_keys(
 pub async fn revoke_key(
     State(state): State<AppState>,
     session: SessionPrincipal,
+    ClientIp(ip): ClientIp,
     PathParams(key_id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
-    revoke(&state.db, &state.keys, session.account_id, key_id).await?;
+    let origin = Origin::account(ip);
+    revoke(&state.db, &state.keys, session.account_id, key_id, origin).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The documented name and scope patterns are `checked_name`'s and `checked_scopes`'
+/// rules, checked with the engine the fuzz suite validates with.
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use utoipa::PartialSchema;
+
+    use super::*;
+    use crate::accounts::keys::{MAX_KEY_NAME_CHARS, MAX_SCOPE_BYTES};
+    use crate::prop_support::{pattern_at, space};
+
+    /// The patterns as `/openapi.json` states them, compiled once.
+    fn name_pattern() -> &'static fancy_regex::Regex {
+        static PATTERN: std::sync::LazyLock<fancy_regex::Regex> = std::sync::LazyLock::new(|| {
+            let schema = serde_json::to_value(NewKey::schema()).unwrap();
+            pattern_at(&schema, "/properties/name/pattern")
+        });
+        &PATTERN
+    }
+
+    fn scope_pattern() -> &'static fancy_regex::Regex {
+        static PATTERN: std::sync::LazyLock<fancy_regex::Regex> = std::sync::LazyLock::new(|| {
+            let schema = serde_json::to_value(ScopePath::schema()).unwrap();
+            pattern_at(&schema, "/pattern")
+        });
+        &PATTERN
+    }
+
+    fn name_char() -> impl Strategy<Value = char> {
+        prop_oneof![
+            8 => prop::sample::select(vec!['c', 'I', '-', '_', ' ', '.', 'é', 'İ', '7', '😀']),
+            3 => space(),
+            1 => prop::sample::select(vec!['\0', '\u{1}', '\u{1f}', '\u{7f}', '\u{9f}', '\u{a0}']),
+            1 => any::<char>(),
+        ]
+    }
+
+    fn name_like() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => prop::collection::vec(name_char(), 0..8).prop_map(String::from_iter),
+            1 => (MAX_KEY_NAME_CHARS - 2..=MAX_KEY_NAME_CHARS + 2, name_char())
+                .prop_map(|(n, c)| format!("{c}{}", "é".repeat(n - 1))),
+        ]
+    }
+
+    fn segment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => prop::sample::select(vec![
+                "chart", "", ".", "..", "...", ".x", "a b", "x?y", "x#", "a\\b", "é", "\t",
+                "~!$&'()*+,;=:@[]\"<>^`{|}%", "-", "v1",
+            ])
+            .prop_map(str::to_owned),
+            1 => prop::collection::vec(any::<char>(), 0..4).prop_map(String::from_iter),
+            1 => (200..=MAX_SCOPE_BYTES).prop_map(|n| "x".repeat(n)),
+        ]
+    }
+
+    fn scope_like() -> impl Strategy<Value = String> {
+        let prefix = prop::sample::select(vec![
+            "/vedic/v1/",
+            "/western/v1/",
+            "/vedic/v1",
+            "/vedic/v2/",
+            "/lunar/v1/",
+            "vedic/v1/",
+            "",
+        ]);
+        (prefix, prop::collection::vec(segment(), 0..4))
+            .prop_map(|(prefix, segments)| format!("{prefix}{}", segments.join("/")))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        #[test]
+        fn the_documented_name_pattern_is_the_handlers_rule(name in name_like()) {
+            let count = name.chars().count();
+            let documented = name_pattern().is_match(&name).unwrap()
+                && (1..=MAX_KEY_NAME_CHARS).contains(&count);
+            prop_assert_eq!(documented, checked_name(name.clone()).is_ok(), "{:?}", name);
+        }
+
+        #[test]
+        fn the_documented_scope_pattern_is_the_handlers_rule(scope in scope_like()) {
+            let documented = scope_pattern().is_match(&scope).unwrap();
+            prop_assert_eq!(
+                documented,
+                checked_scopes(vec![scope.clone()]).is_ok(),
+                "{:?}",
+                scope
+            );
+        }
+    }
 }

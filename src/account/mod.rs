@@ -1,10 +1,12 @@
 //! The customer-facing account API (`/account/v1`, SPEC §3.2).
 //!
-//! Signup, login, API-key management, the usage report, the plan catalogue and code
-//! redemption, each a thin handler over the accounts domain ([`crate::accounts`]), with
-//! the fleet's abuse limits of [`limits`]. Grants and usage figures come from
-//! [`crate::usage`].
+//! Signup, login, API-key management, the usage report, the plan catalogue, code
+//! redemption and the account's audit log, each a thin handler over the accounts domain
+//! ([`crate::accounts`]), with the fleet's abuse limits of [`limits`]. Grants and usage
+//! figures come from [`crate::usage`]; the audit log from [`crate::audit`].
 
+pub mod analytics;
+pub mod audit;
 pub mod entitlements;
 pub mod key_limit;
 pub mod keys;
@@ -38,6 +40,8 @@ pub fn router() -> Router<AppState> {
         )
         .route("/account/v1/keys/{key_id}/roll", post(keys::roll_key))
         .route("/account/v1/entitlements", get(entitlements::entitlements))
+        .route("/account/v1/analytics", get(analytics::analytics))
         .route("/account/v1/plans", get(plans::list_plans))
         .route("/account/v1/redeem", post(redeem::redeem))
+        .route("/account/v1/audit", get(audit::list_audit))
 }

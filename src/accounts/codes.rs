@@ -4,16 +4,18 @@
 //! The code is claimed with `UPDATE ... WHERE used_at IS NULL RETURNING`, and the
 //! subscription `[now, now + months)` is activated through the allocation service in
 //! the same transaction: of concurrent redemptions of one code exactly one wins, and a
-//! code is never used without its subscription (nor the reverse). Attempts count per
-//! account and per client address before they are tried, and stay counted when they fail
-//! (unknown, used, expired); past the limit every attempt is refused, even with a good
-//! code.
+//! code is never used without its subscription (nor the reverse), nor without its
+//! audit row (`code.redeemed`, the customer's, naming the code's id and never the
+//! code). Attempts count per account and per client address before they are tried, and
+//! stay counted when they fail (unknown, used, expired); past the limit every attempt
+//! is refused, even with a good code.
 
 use std::net::IpAddr;
 
 use chrono::{DateTime, Months, Utc};
 use sqlx::PgPool;
 
+use crate::audit::{Action, Origin};
 use crate::auth::account_limits::AccountLimits;
 use crate::auth::token::{REDEMPTION_CODE_PREFIX, TokenHash, plausible};
 use crate::error::ApiError;
@@ -32,7 +34,8 @@ pub async fn redeem(
     now: DateTime<Utc>,
 ) -> Result<SubscriptionCreated, ApiError> {
     let attempt = limits.redeem(account_id, ip, now).await?;
-    let result = claim(db, allocation, account_id, code.trim(), now).await;
+    let origin = Origin::account(ip);
+    let result = claim(db, allocation, account_id, code.trim(), origin, now).await;
     if let Err(ApiError::CodeNotFound | ApiError::CodeUsed | ApiError::CodeExpired) = &result {
         limits.failed(attempt, now).await?;
         tracing::info!(account_id, "redemption refused");
@@ -47,6 +50,7 @@ async fn claim(
     allocation: &Allocation,
     account_id: i64,
     code: &str,
+    origin: Origin,
     now: DateTime<Utc>,
 ) -> Result<SubscriptionCreated, ApiError> {
     if !plausible(code, REDEMPTION_CODE_PREFIX) {
@@ -94,8 +98,11 @@ async fn claim(
         terms: allocation.catalogue_terms(&claimed.plan),
         plan: claimed.plan,
     };
+    let cause = origin
+        .cause(Action::CodeRedeemed)
+        .with("code_id", claimed.id);
     let activated = allocation
-        .activate_in(&mut tx, account_id, &new, now)
+        .activate_in(&mut tx, account_id, &new, &cause, now)
         .await?;
     sqlx::query!(
         "UPDATE redemption_code SET subscription_id = $1 WHERE id = $2",

@@ -8,7 +8,8 @@ use std::net::IpAddr;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::keys::insert_key;
+use super::keys::{KeySettings, created_entry, insert_key};
+use crate::audit::{self, Action, Entry, Origin, Target};
 use crate::auth::account_limits::{AccountLimits, EMAIL_SLOWDOWN};
 use crate::auth::password::Passwords;
 use crate::auth::session;
@@ -79,7 +80,8 @@ pub fn check_password(password: &str) -> Result<(), ApiError> {
 /// Creates an account of `email` with its free subscription, its first API key and
 /// (when `metering`) the free grant of the current month, in one transaction. Counted
 /// per client address before the costly hash; invalid requests cost nothing and are not
-/// counted.
+/// counted. The audit log records the key as the customer's (from `ip`) and the free
+/// subscription as the system's: every account is given it by rule, nobody chose it.
 pub async fn sign_up(
     parts: &Credentials<'_>,
     email: &str,
@@ -109,7 +111,7 @@ pub async fn sign_up(
         }
         _ => ApiError::from(e),
     })?;
-    crate::usage::grants::create_free_subscription(
+    let free = crate::usage::grants::create_free_subscription(
         &mut tx,
         account_id,
         now,
@@ -118,6 +120,15 @@ pub async fn sign_up(
     )
     .await?;
     let key_id = insert_key(&mut tx, account_id, &key).await?;
+    let subscription = Entry {
+        account_id,
+        action: Action::SubscriptionActivated,
+        target: Target::Subscription(free.id),
+        detail: crate::usage::subscriptions::detail(&free),
+    };
+    audit::record(&mut tx, Origin::SYSTEM, &subscription).await?;
+    let created = created_entry(account_id, key_id, &key, &KeySettings::default());
+    audit::record(&mut tx, Origin::account(ip), &created).await?;
     tx.commit().await?;
     tracing::info!(account_id, "account created");
     Ok(SignedUp {

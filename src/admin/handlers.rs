@@ -5,6 +5,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::Utc;
 
+use crate::account::keys::Object;
+use crate::audit::Origin;
 use crate::auth::AdminPrincipal;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams, QueryParams};
 use crate::state::AppState;
@@ -13,6 +15,7 @@ use crate::usage::UsageReport;
 use crate::usage::reconcile::{ReconcileError, reconcile_markers};
 pub use crate::usage::requests::{SubscriptionRequest, validate};
 use crate::usage::subscriptions::SubscriptionCreated;
+use crate::web::client::ClientIp;
 use crate::web::params::{MonthQuery, usage_response};
 
 /// An id that is not a number names no account.
@@ -40,15 +43,16 @@ pub(super) fn parse_account_id(raw: &str) -> Result<i64, ApiError> {
 pub async fn create_subscription(
     _admin: AdminPrincipal,
     State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
     PathParams(account_id): PathParams<String>,
-    JsonBody(req): JsonBody<SubscriptionRequest>,
+    JsonBody(Object(req)): JsonBody<Object<SubscriptionRequest>>,
 ) -> Result<(StatusCode, Json<SubscriptionCreated>), ApiError> {
     let account_id = parse_account_id(&account_id)?;
     let now = Utc::now();
     let new = validate(req, &state.config.plans, now)?;
     let activated = state
         .allocation
-        .activate(account_id, &new, now)
+        .activate(account_id, &new, Origin::admin(ip), now)
         .await
         .map_err(ApiError::from)?;
     Ok((StatusCode::CREATED, Json(activated.subscription.into())))

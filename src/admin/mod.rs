@@ -1,6 +1,8 @@
 //! The operators' API (`/admin/v1`, SPEC §3.3), behind `admin.token`.
 
 pub mod accounts;
+pub mod analytics;
+pub mod audit;
 pub mod codes;
 pub mod exports;
 pub(crate) mod handlers;
@@ -30,11 +32,16 @@ pub fn router() -> Router<AppState> {
             get(accounts::daily_usage),
         )
         .route(
+            "/admin/v1/accounts/{account_id}/analytics",
+            get(analytics::account_analytics),
+        )
+        .route(
             "/admin/v1/accounts/{account_id}/grants",
             post(topups::create_grant),
         )
         .route("/admin/v1/reconcile", post(handlers::reconcile))
         .route("/admin/v1/codes", post(codes::create_codes))
+        .route("/admin/v1/audit", get(audit::list_audit))
         .route("/admin/v1/usage/export", get(exports::usage_export))
         .route(
             "/admin/v1/accounts/{account_id}/exports",

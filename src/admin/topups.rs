@@ -8,10 +8,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::handlers::parse_account_id;
+use crate::audit::Origin;
 use crate::auth::AdminPrincipal;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams};
 use crate::state::AppState;
 use crate::usage::requests::{GrantRequest, validate_grant};
+use crate::web::client::ClientIp;
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct GrantCreated {
@@ -39,6 +41,7 @@ pub struct GrantCreated {
 pub async fn create_grant(
     _admin: AdminPrincipal,
     State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
     PathParams(account_id): PathParams<String>,
     JsonBody(req): JsonBody<GrantRequest>,
 ) -> Result<(StatusCode, Json<GrantCreated>), ApiError> {
@@ -47,7 +50,13 @@ pub async fn create_grant(
     validate_grant(&req, now)?;
     let topup = state
         .allocation
-        .add_credit(account_id, req.calls, req.expires_at, now)
+        .add_credit(
+            account_id,
+            req.calls,
+            req.expires_at,
+            Origin::admin(ip),
+            now,
+        )
         .await
         .map_err(ApiError::from)?;
     Ok((

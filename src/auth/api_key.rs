@@ -56,6 +56,7 @@ pub async fn authenticate_key(
             account_id: hit.account_id,
             key_id: hit.key_id,
             policy: hit.policy,
+            used: hit.used,
             limit_read: None,
         });
     }
@@ -96,6 +97,7 @@ pub async fn authenticate_key(
             key_id,
             account_id,
             policy: policy.clone(),
+            used: keys.use_of(key_id),
         },
     );
     if policy.as_ref().is_some_and(|p| p.expired(Utc::now())) {
@@ -105,6 +107,7 @@ pub async fn authenticate_key(
         account_id,
         key_id,
         policy,
+        used: keys.use_of(key_id),
         limit_read: Some(row.monthly_limit),
     })
 }

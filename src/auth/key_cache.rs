@@ -31,7 +31,7 @@
 //! with a clear text someone tried in the last [`UNKNOWN_TTL`] waits that long.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -63,12 +63,24 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 const SHARDS: usize = 64;
 
 /// A valid key, as the database last said.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct CachedKey {
     pub key_id: i64,
     pub account_id: i64,
     /// Its expiry, scopes and rate limit; `None` for an unrestricted key.
     pub policy: Option<Arc<KeyPolicy>>,
+    /// When a call through it was last forwarded (epoch seconds; 0 = not since this
+    /// replica started): one atomic store per call, written to `api_key.last_used_at`
+    /// by `accounts::last_used`.
+    pub used: Arc<AtomicI64>,
+}
+
+/// The same key with the same policy (its last use aside).
+impl PartialEq for CachedKey {
+    fn eq(&self, other: &Self) -> bool {
+        (self.key_id, self.account_id, &self.policy)
+            == (other.key_id, other.account_id, &other.policy)
+    }
 }
 
 /// The invalidation generation read before a database lookup; see [`KeyCache::insert`].
@@ -79,6 +91,9 @@ pub struct Ticket(u64);
 #[derive(Clone)]
 pub struct KeyCache {
     inner: Option<Arc<Inner>>,
+    /// Each key's last forwarded call (epoch seconds), shared with its cached entries,
+    /// whether or not caching is on; see [`KeyCache::use_of`].
+    uses: Arc<DashMap<i64, Arc<AtomicI64>>>,
 }
 
 struct Inner {
@@ -100,13 +115,17 @@ struct Inner {
 
 impl KeyCache {
     pub fn disabled() -> Self {
-        Self { inner: None }
+        Self {
+            inner: None,
+            uses: Arc::default(),
+        }
     }
 
     /// An empty cache of at most `max_entries` keys; untrusted until [`KeyCache::start`]'s
     /// listener hears its first ping.
     pub fn new(max_entries: usize) -> Self {
         Self {
+            uses: Arc::default(),
             inner: Some(Arc::new(Inner {
                 entries: DashMap::with_shard_amount(SHARDS),
                 writing: Mutex::new(()),
@@ -146,6 +165,20 @@ impl KeyCache {
         }
         .increment(1);
         hit
+    }
+
+    /// The last-use cell of `key_id`, made on its first lookup; the same cell for every
+    /// entry of the key, so a call records its use with one atomic store.
+    pub fn use_of(&self, key_id: i64) -> Arc<AtomicI64> {
+        if let Some(cell) = self.uses.get(&key_id) {
+            return cell.clone();
+        }
+        self.uses.entry(key_id).or_default().clone()
+    }
+
+    /// Every key's last-use cell (for writing them out).
+    pub fn uses(&self) -> &DashMap<i64, Arc<AtomicI64>> {
+        &self.uses
     }
 
     /// Take before the database lookup whose result may be inserted.
@@ -334,11 +367,14 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 mod tests {
     use super::*;
 
-    const KEY: CachedKey = CachedKey {
-        key_id: 7,
-        account_id: 42,
-        policy: None,
-    };
+    fn key() -> CachedKey {
+        CachedKey {
+            key_id: 7,
+            account_id: 42,
+            policy: None,
+            used: Arc::default(),
+        }
+    }
 
     fn heard_now(cache: &KeyCache) {
         let inner = cache.inner.as_ref().unwrap();
@@ -349,10 +385,10 @@ mod tests {
     #[test]
     fn nothing_is_served_before_the_listener_is_heard() {
         let cache = KeyCache::new(10);
-        cache.insert(cache.ticket(), [1; 32], KEY);
+        cache.insert(cache.ticket(), [1; 32], key());
         assert_eq!(cache.get(&[1; 32]), None);
         heard_now(&cache);
-        assert_eq!(cache.get(&[1; 32]), Some(KEY));
+        assert_eq!(cache.get(&[1; 32]), Some(key()));
     }
 
     #[test]
@@ -377,12 +413,12 @@ mod tests {
     fn a_notified_hash_is_forgotten_and_garbage_flushes_everything() {
         let cache = KeyCache::new(10);
         heard_now(&cache);
-        cache.insert(cache.ticket(), [1; 32], KEY);
-        cache.insert(cache.ticket(), [2; 32], KEY);
+        cache.insert(cache.ticket(), [1; 32], key());
+        cache.insert(cache.ticket(), [2; 32], key());
         let inner = cache.inner.as_ref().unwrap();
         cache.apply(inner, &hex::encode([1u8; 32]));
         assert_eq!(cache.get(&[1; 32]), None);
-        assert_eq!(cache.get(&[2; 32]), Some(KEY));
+        assert_eq!(cache.get(&[2; 32]), Some(key()));
         cache.apply(inner, "not a hash");
         assert!(cache.is_empty());
     }
@@ -393,16 +429,16 @@ mod tests {
         heard_now(&cache);
         let ticket = cache.ticket();
         cache.invalidate(&[9; 32]);
-        cache.insert(ticket, [1; 32], KEY);
+        cache.insert(ticket, [1; 32], key());
         assert_eq!(cache.get(&[1; 32]), None);
     }
 
     #[test]
     fn a_full_cache_starts_over_rather_than_growing() {
         let cache = KeyCache::new(2);
-        cache.insert(cache.ticket(), [1; 32], KEY);
-        cache.insert(cache.ticket(), [2; 32], KEY);
-        cache.insert(cache.ticket(), [3; 32], KEY);
+        cache.insert(cache.ticket(), [1; 32], key());
+        cache.insert(cache.ticket(), [2; 32], key());
+        cache.insert(cache.ticket(), [3; 32], key());
         assert_eq!(cache.len(), 1);
     }
 
@@ -427,7 +463,7 @@ mod tests {
     #[test]
     fn a_disabled_cache_holds_nothing() {
         let cache = KeyCache::disabled();
-        cache.insert(cache.ticket(), [1; 32], KEY);
+        cache.insert(cache.ticket(), [1; 32], key());
         assert_eq!(cache.get(&[1; 32]), None);
         assert!(!cache.trusted());
     }

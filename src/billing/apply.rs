@@ -1,17 +1,20 @@
 //! What each Stripe event does, inside the transaction that records it (SPEC §11).
 //!
 //! Every activation goes through the allocation service ([`Allocation::activate_in`]),
-//! every early end through [`Allocation::end_in`]; the caller commits and then settles
-//! the standings collected in [`Applied::settle`]. Events of one customer are
-//! serialized by a transaction-scoped advisory lock on the customer id, taken before
-//! any account row lock: an `invoice.paid` racing the checkout that maps its customer
-//! either sees the mapping or leaves a pending invoice the checkout then sees.
+//! every early end through [`Allocation::end_in`], each recorded in the audit log as
+//! Stripe's (`payment.activated`, `subscription.ended`, naming the event and the
+//! customer); the caller commits and then settles the standings collected in
+//! [`Applied::settle`]. Events of one customer are serialized by a transaction-scoped
+//! advisory lock on the customer id, taken before any account row lock: an
+//! `invoice.paid` racing the checkout that maps its customer either sees the mapping or
+//! leaves a pending invoice the checkout then sees.
 
 use chrono::{DateTime, Months, Utc};
 use sqlx::PgConnection;
 
 use super::event::{Checkout, InvoicePaid, SubscriptionDeleted};
 use super::outcome::Outcome;
+use crate::audit::{Action, Cause, Origin};
 use crate::config::{Config, PlanConfig};
 use crate::usage::Standing;
 use crate::usage::subscriptions::{ActivationError, Allocation, NewSubscription};
@@ -30,6 +33,8 @@ pub struct Applied {
 pub struct Billing<'a> {
     pub config: &'a Config,
     pub allocation: &'a Allocation,
+    /// Stripe, from the address the event came from.
+    pub origin: Origin,
     pub now: DateTime<Utc>,
 }
 
@@ -62,18 +67,29 @@ fn subscription(
 }
 
 impl Billing<'_> {
-    /// Activates `new` for the account and records the customer on it.
+    /// What the audit log records of event `event_id` of `customer` doing `action`.
+    fn cause(&self, action: Action, event_id: &str, customer: Option<&str>) -> Cause {
+        self.origin
+            .cause(action)
+            .with("event_id", event_id)
+            .with("customer", customer)
+    }
+
+    /// Activates `new` for the account, paid by event `event_id`, and records the
+    /// customer on it.
     async fn activate(
         &self,
         tx: &mut PgConnection,
         account_id: i64,
         customer: Option<&str>,
         new: &NewSubscription,
+        event_id: &str,
         applied: &mut Applied,
     ) -> Result<(), ActivationError> {
+        let cause = self.cause(Action::PaymentActivated, event_id, customer);
         let activated = self
             .allocation
-            .activate_in(tx, account_id, new, self.now)
+            .activate_in(tx, account_id, new, &cause, self.now)
             .await?;
         sqlx::query("UPDATE subscription SET stripe_customer = $1 WHERE id = $2")
             .bind(customer)
@@ -90,6 +106,7 @@ impl Billing<'_> {
     pub async fn checkout(
         &self,
         tx: &mut PgConnection,
+        event_id: &str,
         checkout: &Checkout,
     ) -> Result<Applied, ActivationError> {
         let customer = checkout.customer.as_deref();
@@ -130,7 +147,7 @@ impl Billing<'_> {
                     .checked_add_months(Months::new(1))
                     .expect("a month after now is a valid instant");
                 let new = subscription(plan, self.now, ends);
-                self.activate(tx, account_id, customer, &new, &mut applied)
+                self.activate(tx, account_id, customer, &new, event_id, &mut applied)
                     .await?;
                 Outcome::Activated
             }
@@ -186,7 +203,7 @@ impl Billing<'_> {
                 Some(_) if end <= start => Outcome::Ended,
                 Some(plan) => {
                     let new = subscription(plan, start, end);
-                    self.activate(tx, account_id, Some(customer), &new, applied)
+                    self.activate(tx, account_id, Some(customer), &new, &event_id, applied)
                         .await?;
                     Outcome::Activated
                 }
@@ -253,7 +270,7 @@ impl Billing<'_> {
         };
         applied.account_id = Some(account_id);
         let new = subscription(plan, invoice.start, invoice.end);
-        self.activate(tx, account_id, Some(customer), &new, &mut applied)
+        self.activate(tx, account_id, Some(customer), &new, event_id, &mut applied)
             .await?;
         applied.outcome = Outcome::Activated;
         Ok(applied)
@@ -264,6 +281,7 @@ impl Billing<'_> {
     pub async fn subscription_deleted(
         &self,
         tx: &mut PgConnection,
+        event_id: &str,
         deleted: &SubscriptionDeleted,
     ) -> Result<Applied, ActivationError> {
         let customer = deleted.customer.as_str();
@@ -291,6 +309,7 @@ impl Billing<'_> {
         .await?;
         let mut accounts: Vec<i64> = rows.iter().map(|r| r.0).collect();
         accounts.dedup();
+        let cause = self.cause(Action::SubscriptionEnded, event_id, Some(customer));
         for account_id in &accounts {
             let ids: Vec<i64> = rows
                 .iter()
@@ -299,7 +318,7 @@ impl Billing<'_> {
                 .collect();
             let (_, standing) = self
                 .allocation
-                .end_in(tx, *account_id, &ids, deleted.ended_at, self.now)
+                .end_in(tx, *account_id, &ids, deleted.ended_at, &cause, self.now)
                 .await?;
             applied.settle.push((*account_id, standing));
         }

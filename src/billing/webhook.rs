@@ -24,10 +24,12 @@ use super::apply::{Applied, Billing};
 use super::event::{Envelope, Event};
 use super::outcome::Outcome;
 use super::signature::verify;
+use crate::audit::Origin;
 use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 use crate::telemetry::RateLimitedLog;
 use crate::usage::subscriptions::ActivationError;
+use crate::web::client::ClientIp;
 
 /// What the gateway answers Stripe (Stripe reads only the status).
 #[derive(Debug, Serialize, ToSchema)]
@@ -57,6 +59,7 @@ static BAD_SIGNATURE_LOG: LazyLock<RateLimitedLog> = LazyLock::new(RateLimitedLo
     ))]
 pub async fn stripe_webhook(
     State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<EventReceived>), ApiError> {
@@ -97,7 +100,7 @@ pub async fn stripe_webhook(
             "a Stripe event has an id, a type and data.object".into(),
         ));
     };
-    let outcome = process(&state, &envelope, now).await?;
+    let outcome = process(&state, &envelope, Origin::stripe(ip), now).await?;
     metrics::counter!("tollgate_billing_events_total",
         "type" => envelope.type_label(), "outcome" => outcome.label())
     .increment(1);
@@ -124,6 +127,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 async fn process(
     state: &AppState,
     envelope: &Envelope,
+    origin: Origin,
     now: DateTime<Utc>,
 ) -> Result<Outcome, ApiError> {
     let mut tx = state.db.begin().await?;
@@ -142,6 +146,7 @@ async fn process(
     let billing = Billing {
         config: &state.config,
         allocation: &state.allocation,
+        origin,
         now,
     };
     let applied = match envelope.read() {
@@ -157,12 +162,14 @@ async fn process(
             outcome: Outcome::PaymentFailed,
             ..Applied::default()
         }),
-        Ok(Event::Checkout(checkout)) => billing.checkout(&mut tx, &checkout).await,
+        Ok(Event::Checkout(checkout)) => billing.checkout(&mut tx, &envelope.id, &checkout).await,
         Ok(Event::InvoicePaid(invoice)) => {
             billing.invoice_paid(&mut tx, &envelope.id, &invoice).await
         }
         Ok(Event::SubscriptionDeleted(deleted)) => {
-            billing.subscription_deleted(&mut tx, &deleted).await
+            billing
+                .subscription_deleted(&mut tx, &envelope.id, &deleted)
+                .await
         }
     };
     let applied = match applied {

@@ -153,6 +153,11 @@ impl Config {
             config.billing.meter_event_name = None;
         }
         config.notify.normalize();
+        // An empty collector URL (`TOLLGATE__TELEMETRY__OTLP_ENDPOINT=`) means no export.
+        if let Some(endpoint) = config.telemetry.otlp_endpoint.take() {
+            let endpoint = endpoint.trim();
+            config.telemetry.otlp_endpoint = (!endpoint.is_empty()).then(|| endpoint.to_owned());
+        }
         config.validate()?;
         Ok(config)
     }
@@ -241,6 +246,12 @@ impl Config {
                     route.prefix, route.cost
                 ));
             }
+        }
+        if let Some(problem) = self.telemetry.problem() {
+            return fail(problem);
+        }
+        if !(1..=10_000).contains(&self.analytics.max_routes) {
+            return fail("analytics.max_routes must be from 1 to 10000".into());
         }
         for route in &self.entitlements.routes {
             if !route.prefix.starts_with('/') {
@@ -597,6 +608,74 @@ mod tests {
 
         let blank = load_env(&[("TOLLGATE__BILLING__STRIPE_API_KEY", " ")]).unwrap();
         assert!(blank.billing.stripe_api_key.is_none());
+    }
+
+    #[test]
+    fn trace_export_is_off_by_default_and_takes_a_collector_url() {
+        let config = load_env(&[]).unwrap();
+        assert_eq!(config.telemetry.otlp_endpoint, None);
+        assert_eq!(config.telemetry.sample_ratio, 0.1);
+        assert_eq!(config.telemetry.traces_url(), None);
+
+        let config = load_env(&[
+            (
+                "TOLLGATE__TELEMETRY__OTLP_ENDPOINT",
+                "http://collector:4318/",
+            ),
+            ("TOLLGATE__TELEMETRY__SAMPLE_RATIO", "0.01"),
+        ])
+        .unwrap();
+        assert_eq!(
+            config.telemetry.traces_url().as_deref(),
+            Some("http://collector:4318/v1/traces")
+        );
+        assert_eq!(config.telemetry.sample_ratio, 0.01);
+
+        let blank = load_env(&[("TOLLGATE__TELEMETRY__OTLP_ENDPOINT", " ")]).unwrap();
+        assert_eq!(blank.telemetry.otlp_endpoint, None);
+
+        // A whole number in a file is a ratio too.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("default.toml"),
+            "[telemetry]\nsample_ratio = 1\notlp_endpoint = \"https://otel.example:4318/base\"\n",
+        )
+        .unwrap();
+        let config = Config::load(&Sources {
+            dir: dir.path().to_owned(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(config.telemetry.sample_ratio, 1.0);
+        assert_eq!(
+            config.telemetry.traces_url().as_deref(),
+            Some("https://otel.example:4318/base/v1/traces")
+        );
+    }
+
+    #[test]
+    fn bad_telemetry_keys_are_refused_naming_the_key() {
+        for (key, value) in [
+            ("TOLLGATE__TELEMETRY__SAMPLE_RATIO", "1.5"),
+            ("TOLLGATE__TELEMETRY__SAMPLE_RATIO", "-0.1"),
+            ("TOLLGATE__TELEMETRY__SAMPLE_RATIO", "NaN"),
+            ("TOLLGATE__TELEMETRY__SAMPLE_RATIO", "often"),
+            ("TOLLGATE__TELEMETRY__OTLP_ENDPOINT", "collector:4318"),
+            ("TOLLGATE__TELEMETRY__OTLP_ENDPOINT", "ftp://collector"),
+            (
+                "TOLLGATE__TELEMETRY__OTLP_ENDPOINT",
+                "http://user:secret@collector:4318",
+            ),
+            (
+                "TOLLGATE__TELEMETRY__OTLP_ENDPOINT",
+                "http://collector:4318?x=1",
+            ),
+            ("TOLLGATE__TELEMETRY__SAMPLERATIO", "0.5"),
+        ] {
+            let line = load_env(&[(key, value)]).unwrap_err().to_string();
+            assert!(line.contains("telemetry"), "{key}={value}: {line}");
+            assert!(!line.contains("secret@"), "{line}");
+        }
     }
 
     #[test]

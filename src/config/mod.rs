@@ -18,8 +18,8 @@ pub use load::{ConfigError, Sources};
 pub use notify::{NotifyConfig, Webhook};
 pub use plans::{BillingConfig, MAX_PLAN_CHARS, PlanConfig, plan_name_problem};
 pub use settings::{
-    AccountConfig, AdminConfig, CloudflareConfig, Config, DatabaseConfig, EntitlementsConfig,
-    FeatureRoute, KeyCacheConfig, LOCAL_PROFILE, LogConfig, LogFormat, MarkerStoreKind, NatsConfig,
-    PricingConfig, RoutePrice, ServerConfig, ThrottleConfig, UpstreamConfig, UsageCheckConfig,
-    UsageConfig, UsageTransport,
+    AccountConfig, AdminConfig, AnalyticsConfig, CloudflareConfig, Config, DatabaseConfig,
+    EntitlementsConfig, FeatureRoute, KeyCacheConfig, LOCAL_PROFILE, LogConfig, LogFormat,
+    MarkerStoreKind, NatsConfig, PricingConfig, RoutePrice, ServerConfig, TelemetryConfig,
+    ThrottleConfig, UpstreamConfig, UsageCheckConfig, UsageConfig, UsageTransport,
 };

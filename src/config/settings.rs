@@ -39,6 +39,10 @@ pub struct Config {
     /// Threshold webhooks (SPEC §7).
     pub notify: NotifyConfig,
     pub log: LogConfig,
+    /// Usage analytics (SPEC §18).
+    pub analytics: AnalyticsConfig,
+    /// Trace export (SPEC §22).
+    pub telemetry: TelemetryConfig,
     /// The value of `TOLLGATE_PROFILE`, if any; not a file key.
     #[serde(skip)]
     pub profile: Option<String>,
@@ -264,6 +268,22 @@ pub struct PricingConfig {
     pub cost_header: Option<String>,
 }
 
+/// `[analytics]`: the rollup of usage per route, key and day (SPEC §18).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AnalyticsConfig {
+    /// Distinct routes an account's month keeps; calls to any further route count as
+    /// `other`.
+    #[serde(deserialize_with = "lenient")]
+    pub max_routes: usize,
+}
+
+impl Default for AnalyticsConfig {
+    fn default() -> Self {
+        Self { max_routes: 100 }
+    }
+}
+
 /// `[entitlements]`: the features routes need (SPEC §17).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -465,6 +485,67 @@ impl Default for LogConfig {
             format: LogFormat::Text,
             filter: "info".into(),
         }
+    }
+}
+
+/// `[telemetry]`: trace export over OTLP/HTTP (SPEC §22).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL (`http://collector:4318`); spans go to
+    /// `<endpoint>/v1/traces`. Unset (or empty) = no trace export.
+    pub otlp_endpoint: Option<String>,
+    /// The share of new traces sampled, 0 to 1; a call with a `traceparent` follows its
+    /// sampled flag instead.
+    #[serde(deserialize_with = "lenient")]
+    pub sample_ratio: f64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            sample_ratio: 0.1,
+        }
+    }
+}
+
+impl TelemetryConfig {
+    /// What is wrong with the section, in the words of its keys.
+    pub fn problem(&self) -> Option<String> {
+        if !(0.0..=1.0).contains(&self.sample_ratio) {
+            return Some(format!(
+                "telemetry.sample_ratio must be from 0 to 1, got {}",
+                self.sample_ratio
+            ));
+        }
+        let endpoint = self.otlp_endpoint.as_deref()?;
+        let url = match reqwest::Url::parse(endpoint) {
+            Ok(url) => url,
+            Err(e) => return Some(format!("telemetry.otlp_endpoint is not a URL: {e}")),
+        };
+        if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+            return Some("telemetry.otlp_endpoint must be an http:// or https:// URL".into());
+        }
+        // The URL is shown in logs and `Debug`: credentials go in
+        // OTEL_EXPORTER_OTLP_HEADERS instead.
+        if !url.username().is_empty() || url.password().is_some() {
+            return Some(
+                "telemetry.otlp_endpoint must not hold credentials (pass them as \
+                 OTEL_EXPORTER_OTLP_HEADERS)"
+                    .into(),
+            );
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Some("telemetry.otlp_endpoint must not have a query or fragment".into());
+        }
+        None
+    }
+
+    /// Where spans are posted: `<otlp_endpoint>/v1/traces`, when export is on.
+    pub fn traces_url(&self) -> Option<String> {
+        let endpoint = self.otlp_endpoint.as_deref()?;
+        Some(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
     }
 }
 

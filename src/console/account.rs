@@ -1,7 +1,9 @@
 //! One account (`GET /console/accounts/{id}[?month=YYYY-MM]`): where it stands this
-//! month, its usage per day as a chart, its subscriptions, its keys (name, prefix — never
-//! a key —, expiry, scopes, last use, limits) and top-ups, and the forms that add a subscription or a top-up (handled in
-//! [`super::forms`], which shows this page again with the form's error).
+//! month, its usage per day as a chart, its calls by route and by key with a chart of
+//! daily latency (SPEC §18), its subscriptions, its keys (name, prefix — never a key —,
+//! expiry, scopes, last use, limits) and top-ups, and the forms that add a subscription
+//! or a top-up (handled in [`super::forms`], which shows this page again with the form's
+//! error); last, the latest changes of its audit log.
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -14,6 +16,7 @@ use serde::Deserialize;
 use super::page::{Frame, Problem, Section, csrf_field, grouped, html_response, shell};
 use super::session::ConsoleSession;
 use crate::accounts::keys::keys_of;
+use crate::audit::latest;
 use crate::error::ApiError;
 use crate::month::Month;
 use crate::state::AppState;
@@ -22,6 +25,8 @@ use crate::usage::report::usage_report;
 use crate::usage::rules::active_subscription;
 use crate::usage::series;
 use crate::usage::topups::topups_of;
+use crate::web::analytics::{MonthAnalytics, analytics_sections};
+use crate::web::audit::{SHOWN, audit_table};
 use crate::web::chart::{daily_calls, days_in};
 use crate::web::params::{MonthQuery, month_or_current};
 
@@ -96,6 +101,7 @@ pub async fn render(
         .await?
         .ok_or(ApiError::AccountNotFound)?;
     let days = series::daily(&mut conn, account_id, month, now).await?;
+    let calls = MonthAnalytics::read(&mut conn, account_id, month, now).await?;
     let mut subscriptions = load_subscriptions(&mut conn, &[account_id])
         .await?
         .remove(&account_id)
@@ -103,6 +109,7 @@ pub async fn render(
     let active = active_subscription(&subscriptions, month.judged_at(now)).map(|s| s.id);
     subscriptions.sort_by_key(|s| std::cmp::Reverse((s.starts_at, s.id)));
     let top_ups = topups_of(&mut conn, account_id, LISTED).await?;
+    let audit = latest(&mut conn, account_id, SHOWN).await?;
     drop(conn);
     let keys = keys_of(&state.db, account_id, i64::MIN, LISTED).await?;
 
@@ -131,6 +138,7 @@ pub async fn render(
             }
             (daily_calls(&days, days_in(month), &format!("Calls per day, {month}")))
         }
+        (analytics_sections(&calls, &keys, "No calls in this month"))
         section #subscriptions {
             h2 { "Subscriptions" }
             table {
@@ -202,6 +210,11 @@ pub async fn render(
                 }
             }
             (top_up_form(session.csrf(), account_id, echo.top_up.as_ref()))
+        }
+        section #audit {
+            h2 { "Audit log" }
+            p.hint { "The latest " (SHOWN) " changes, newest first." }
+            (audit_table(&audit))
         }
     };
     let frame = Frame {

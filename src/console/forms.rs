@@ -4,7 +4,8 @@
 //! into the admin API's own request and checked by the admin API's own rules, and goes
 //! through the same allocation service. Done: a one-time message and a redirect back to
 //! the account (post, redirect, get). Refused: the account page again, `422`, with the
-//! form as it was filled in and what was wrong.
+//! form as it was filled in and what was wrong. The audit log records each change as the
+//! operator's (`admin`), from the address the form came from.
 
 use axum::Form;
 use axum::extract::rejection::FormRejection;
@@ -15,15 +16,18 @@ use chrono::{DateTime, Utc};
 use super::account::{Echo, SubscriptionFields, TopUpFields, render};
 use super::page::{FlashKind, Problem, grouped};
 use super::session::ConsoleSession;
+use crate::audit::Origin;
 use crate::error::ApiError;
 use crate::month::Month;
 use crate::state::AppState;
 use crate::usage::requests::{GrantRequest, SubscriptionRequest, validate, validate_grant};
 use crate::usage::rules::Enforcement;
+use crate::web::client::ClientIp;
 
 pub async fn add_subscription(
     State(state): State<AppState>,
     session: ConsoleSession,
+    ClientIp(ip): ClientIp,
     Path(account_id): Path<String>,
     form: Result<Form<SubscriptionFields>, FormRejection>,
 ) -> Result<Response, Problem> {
@@ -36,7 +40,7 @@ pub async fn add_subscription(
         let new = validate(request, &state.config.plans, now)?;
         state
             .allocation
-            .activate(account_id, &new, now)
+            .activate(account_id, &new, Origin::admin(ip), now)
             .await
             .map_err(ApiError::from)
     }
@@ -69,6 +73,7 @@ pub async fn add_subscription(
 pub async fn add_top_up(
     State(state): State<AppState>,
     session: ConsoleSession,
+    ClientIp(ip): ClientIp,
     Path(account_id): Path<String>,
     form: Result<Form<TopUpFields>, FormRejection>,
 ) -> Result<Response, Problem> {
@@ -85,7 +90,13 @@ pub async fn add_top_up(
         validate_grant(&request, now)?;
         state
             .allocation
-            .add_credit(account_id, request.calls, request.expires_at, now)
+            .add_credit(
+                account_id,
+                request.calls,
+                request.expires_at,
+                Origin::admin(ip),
+                now,
+            )
             .await
             .map_err(ApiError::from)
     }

@@ -1,6 +1,7 @@
 //! The public router: account, portal, admin, billing and operations routes, with the proxy as the
 //! fallback for its two prefixes, under one observability middleware; and [`Public`], which
-//! sends the proxied prefixes to the proxy without going through the router.
+//! sends the proxied prefixes to the proxy without going through the router. Both trace
+//! their calls through the gateway's [`Tracing`] (SPEC §22; off in [`router`]).
 
 mod catalogue_doc;
 pub mod limits;
@@ -11,6 +12,7 @@ mod ops;
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
@@ -28,11 +30,18 @@ use tower_http::catch_panic::CatchPanicLayer;
 use crate::error::ApiError;
 use crate::proxy::ProxyState;
 use crate::state::AppState;
+use crate::telemetry::traces::{ServerSpan, Tracing};
+use crate::usage::analytics::RouteBook;
 
 /// Every public route of the gateway. Without `admin.token` the admin API and the
 /// operator console do not exist at all: their paths answer 404 like any unknown path;
 /// likewise the payment webhook without `billing.stripe_webhook_secret`.
 pub fn router(state: AppState) -> Router {
+    traced_router(state, Tracing::off())
+}
+
+/// [`router`], its account and admin API calls traced by `tracing`.
+pub fn traced_router(state: AppState, tracing: Tracing) -> Router {
     let schema = ops::SchemaSeen::default();
     let mut routes = Router::new()
         .route("/healthz", get(ops::healthz))
@@ -55,7 +64,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(CatchPanicLayer::custom(panicked))
-        .layer(middleware::from_fn(observe::observe))
+        .layer(middleware::from_fn_with_state(tracing, observe::observe))
         .with_state(state)
 }
 
@@ -75,13 +84,27 @@ fn panicked(_: Box<dyn Any + Send>) -> Response {
 pub struct Public {
     router: Router,
     proxy: ProxyState,
+    tracing: Tracing,
+    /// How a proxied call's server span names its route (SPEC §18's route names);
+    /// only with trace export on.
+    routes: Option<Arc<RouteBook>>,
 }
 
 impl Public {
+    /// Every public request, untraced.
     pub fn new(state: AppState) -> Self {
+        Self::traced(state, Tracing::off())
+    }
+
+    /// Every public request, proxied and API calls traced by `tracing`.
+    pub fn traced(state: AppState, tracing: Tracing) -> Self {
         Self {
             proxy: ProxyState::from_ref(&state),
-            router: router(state),
+            routes: tracing
+                .is_on()
+                .then(|| Arc::new(RouteBook::from_config(&state.config))),
+            router: traced_router(state, tracing.clone()),
+            tracing,
         }
     }
 }
@@ -90,8 +113,12 @@ impl crate::server::App for Public {
     fn serve(&self, request: Request) -> impl Future<Output = Response> + Send + use<> {
         if crate::proxy::path::prefix_of(request.uri().path()).is_some() {
             let proxy = self.proxy.clone();
-            Either::Left(observe::observed(request, |request| {
-                proxied_call(proxy, request)
+            let trace = self.tracing.server_span(&request, true, || {
+                let routes = self.routes.as_ref()?;
+                Some(routes.name_of(request.uri().path()))
+            });
+            Either::Left(observe::observed(request, trace, |request, trace| {
+                proxied_call(proxy, request, trace)
             }))
         } else {
             let routed = self.router.clone().oneshot(request);
@@ -103,12 +130,14 @@ impl crate::server::App for Public {
 /// A proxied call, finished as the router finishes its fallback's answers (a
 /// `Content-Length` when the body's length is known and none was given, no body for
 /// `HEAD`), and answered as its panic layer would if the proxy panics.
-async fn proxied_call(proxy: ProxyState, request: Request) -> Response {
+async fn proxied_call(proxy: ProxyState, request: Request, trace: Option<ServerSpan>) -> Response {
     let head = request.method() == Method::HEAD;
+    let traced_panic = trace.clone();
     // The proxy's future is large (several kB): boxed, the futures around it stay small
     // and moving them costs little.
     let call = async move {
-        let mut response = Box::pin(crate::proxy::handle(State(proxy), request)).await;
+        let proxied = crate::proxy::handle(State(proxy), request, trace.as_ref());
+        let mut response = Box::pin(proxied).await;
         let length = hyper::body::Body::size_hint(response.body()).exact();
         if let Some(length) = length
             && !response.headers().contains_key(CONTENT_LENGTH)
@@ -125,7 +154,12 @@ async fn proxied_call(proxy: ProxyState, request: Request) -> Response {
     AssertUnwindSafe(call)
         .catch_unwind()
         .await
-        .unwrap_or_else(panicked)
+        .unwrap_or_else(|panic| {
+            if let Some(trace) = traced_panic {
+                trace.outcome("INTERNAL_ERROR");
+            }
+            panicked(panic)
+        })
 }
 
 /// A JSON API's router (account or admin) under its body limit, every answer marked
@@ -152,7 +186,7 @@ async fn fallback(
     request: axum::extract::Request,
 ) -> axum::response::Response {
     if crate::proxy::path::prefix_of(request.uri().path()).is_some() {
-        crate::proxy::handle(state, request).await
+        crate::proxy::handle(state, request, None).await
     } else {
         ApiError::NotFound.into_response()
     }

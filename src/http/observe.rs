@@ -1,7 +1,10 @@
-//! Per-request observability: the request id, the tracing span and HTTP metrics.
+//! Per-request observability: the request id, the tracing span, HTTP metrics, and the
+//! server span of a traced call (SPEC §22).
 //!
 //! Every request gets a fresh [`RequestId`], whatever the client sent; it names the
-//! span and is returned as `X-Request-Id` on every response.
+//! span and is returned as `X-Request-Id` on every response. Proxied calls and the
+//! account and admin APIs' calls are traced when sampled; with trace export off, a
+//! request's [`ServerSpan`] is `None` and costs nothing but the checks of it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -9,7 +12,7 @@ use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -19,6 +22,7 @@ use tracing::Instrument;
 use crate::error::ApiError;
 use crate::proxy::path::route_label as proxied_route;
 use crate::request_id::{RequestId, X_REQUEST_ID};
+use crate::telemetry::traces::{ServerSpan, Tracing};
 
 // Labels are `'static` where they can be: the metrics registry then neither allocates
 // nor copies them on every request.
@@ -118,16 +122,29 @@ impl Series {
     }
 }
 
-/// The router's middleware: [`observed`] around the rest of the router.
-pub async fn observe(request: Request, next: Next) -> Response {
-    observed(request, |request| next.run(request)).await
+/// The router's middleware: [`observed`] around the rest of the router, with a server
+/// span (named by the route's template) for a sampled call of the account or admin API.
+pub async fn observe(State(tracing): State<Tracing>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let api = path.starts_with("/account/v1/") || path.starts_with("/admin/v1/");
+    let trace = if tracing.is_on() && api {
+        tracing.server_span(&request, false, || {
+            let matched = request.extensions().get::<MatchedPath>();
+            matched.map(|m| m.as_str().to_owned())
+        })
+    } else {
+        None
+    };
+    observed(request, trace, |request, _| next.run(request)).await
 }
 
 /// Runs `inner` on `request` with its request id, span and HTTP metrics: the router's
 /// middleware, and the proxied prefixes' own path around the proxy (see `Public`).
-pub async fn observed<F, Fut>(mut request: Request, inner: F) -> Response
+/// `trace`, the call's server span when it is sampled, is handed to `inner` and ended
+/// with the answer's status.
+pub async fn observed<F, Fut>(mut request: Request, trace: Option<ServerSpan>, inner: F) -> Response
 where
-    F: FnOnce(Request) -> Fut,
+    F: FnOnce(Request, Option<ServerSpan>) -> Fut,
     Fut: Future<Output = Response>,
 {
     let id = RequestId::generate();
@@ -137,20 +154,30 @@ where
     // Fields as text, which the log formatter keeps as they are until a line inside
     // the request is logged (`telemetry::deferred`); they print as `%` fields.
     let mut id_text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let id_text: &str = id.0.hyphenated().encode_lower(&mut id_text);
+    if let Some(trace) = &trace {
+        trace.request_id(id_text);
+    }
     let span = tracing::info_span!(
         "request",
-        request_id = &*id.0.hyphenated().encode_lower(&mut id_text),
+        request_id = id_text,
         method = method.as_str(),
         route = route.as_ref(),
         account_id = tracing::field::Empty,
     );
     let started = Instant::now();
     let mut response = if super::limits::head_too_large(request.headers()) {
+        if let Some(trace) = trace.as_ref().filter(|t| t.is_proxied()) {
+            trace.outcome(ApiError::HeadersTooLarge.status_and_code().1);
+        }
         ApiError::HeadersTooLarge.into_response()
     } else {
-        inner(request).instrument(span.clone()).await
+        inner(request, trace.clone()).instrument(span.clone()).await
     };
     let status = response.status();
+    if let Some(trace) = trace {
+        trace.finish(status);
+    }
     response
         .headers_mut()
         .insert(X_REQUEST_ID.clone(), id.header_value());

@@ -6,11 +6,13 @@ use axum::Json;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::account::{entitlements, key_limit, keys, plans, redeem, signup, usage};
+use crate::account::{
+    analytics, audit, entitlements, key_limit, keys, plans, redeem, signup, usage,
+};
 use crate::admin::handlers as admin;
 use crate::admin::{
-    accounts as admin_accounts, codes as admin_codes, exports as admin_exports,
-    topups as admin_topups,
+    accounts as admin_accounts, analytics as admin_analytics, audit as admin_audit,
+    codes as admin_codes, exports as admin_exports, topups as admin_topups,
 };
 use crate::billing::webhook as billing;
 use crate::config::Config;
@@ -29,8 +31,10 @@ use crate::config::Config;
         key_limit::patch_key,
         keys::roll_key,
         entitlements::entitlements,
+        analytics::analytics,
         plans::list_plans,
         redeem::redeem,
+        audit::list_audit,
     ),
     modifiers(&Security),
 )]
@@ -46,9 +50,11 @@ pub struct ApiDoc;
         admin_topups::create_grant,
         admin_accounts::list_accounts,
         admin_accounts::daily_usage,
+        admin_analytics::account_analytics,
         admin_codes::create_codes,
         admin_exports::usage_export,
         admin_exports::account_exports,
+        admin_audit::list_audit,
     ),
     modifiers(&AdminSecurity),
 )]
@@ -178,7 +184,7 @@ mod tests {
     fn every_operation_documents_every_error_it_can_answer() {
         let doc = document();
         let operations = operations(&doc);
-        assert_eq!(operations.len(), 21, "an operation was added or lost");
+        assert_eq!(operations.len(), 25, "an operation was added or lost");
         for (method, path, operation) in operations {
             let responses = operation["responses"].as_object().expect("responses");
             let missing = |statuses: &[&str]| -> Vec<String> {
@@ -295,6 +301,14 @@ mod tests {
         assert_eq!(grace["maximum"], crate::accounts::keys::MAX_GRACE_SECONDS);
         let rate = &schemas["RateLimit"]["properties"];
         assert_eq!(rate["per_second"]["maximum"], crate::plan::MAX_PER_SECOND);
+
+        // An audit event names its actor among the four the table allows.
+        let event = &schemas["AuditEvent"]["properties"];
+        assert_eq!(event["actor"]["$ref"], "#/components/schemas/Actor");
+        assert_eq!(
+            schemas["Actor"]["enum"],
+            serde_json::json!(["account", "admin", "stripe", "system"])
+        );
     }
 
     #[test]
@@ -325,6 +339,18 @@ mod tests {
         let windows = parameter("/admin/v1/accounts/{account_id}/exports", "limit");
         assert_eq!(windows["minimum"], 1);
         assert_eq!(windows["maximum"], crate::admin::exports::MAX_WINDOWS);
+        for path in ["/admin/v1/audit", "/account/v1/audit"] {
+            let limit = parameter(path, "limit");
+            assert_eq!(limit["minimum"], 1, "{path}");
+            assert_eq!(limit["maximum"], crate::audit::read::MAX_LIMIT, "{path}");
+            assert_eq!(parameter(path, "cursor")["pattern"], "^[0-9]{0,18}$");
+        }
+        let actions = parameter("/admin/v1/audit", "action");
+        let listed: Vec<&str> = crate::audit::Action::ALL
+            .iter()
+            .map(|a| a.as_str())
+            .collect();
+        assert_eq!(actions["enum"], serde_json::json!(listed), "{actions}");
     }
 
     #[test]

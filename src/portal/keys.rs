@@ -21,14 +21,16 @@ use super::page::{Frame, PortalProblem, Section, notice, shell};
 use super::plans::rate_in_words;
 use super::session::Customer;
 use crate::accounts::keys::{
-    DEFAULT_GRACE_SECONDS, DEFAULT_KEY_NAME, KeyCreated, KeyRolled, KeySettings, KeySummary,
-    MAX_GRACE_SECONDS, MAX_KEY_LIMIT, MAX_KEY_NAME_CHARS, MAX_SCOPE_BYTES, MAX_SCOPES,
+    DEFAULT_GRACE_SECONDS, DEFAULT_KEY_NAME, KeyCreated, KeyRoll, KeyRolled, KeySettings,
+    KeySummary, MAX_GRACE_SECONDS, MAX_KEY_LIMIT, MAX_KEY_NAME_CHARS, MAX_SCOPE_BYTES, MAX_SCOPES,
     checked_expiry, checked_limit, checked_name, checked_scopes, create_account_key, keys_of,
     revoke as revoke_key, roll as roll_key, set_key_limit,
 };
+use crate::audit::Origin;
 use crate::auth::key_policy::ALL_SCOPES;
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::web::client::ClientIp;
 use crate::web::page::{csrf_field, grouped, html_response};
 
 /// Most keys the page lists (revoked ones included).
@@ -378,6 +380,7 @@ fn limit_form(key_id: i64, limit: Option<i64>, csrf: &str) -> Markup {
 pub async fn create(
     State(state): State<AppState>,
     customer: Customer,
+    ClientIp(ip): ClientIp,
     form_data: Result<Form<NewKeyForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
     let created = async {
@@ -396,6 +399,7 @@ pub async fn create(
                 customer.account_id,
                 state.config.account.max_keys,
                 &settings,
+                Origin::account(ip),
             )
             .await?,
         )
@@ -409,6 +413,7 @@ pub async fn create(
 pub async fn roll(
     State(state): State<AppState>,
     customer: Customer,
+    ClientIp(ip): ClientIp,
     Path(key_id): Path<String>,
     form_data: Result<Form<RollForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
@@ -416,15 +421,18 @@ pub async fn roll(
         let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
         customer.check_csrf(form_data.csrf.as_deref())?;
         let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
-        let grace_seconds = grace_of(form_data.grace_hours.as_deref())?;
+        let roll = KeyRoll {
+            key_id,
+            grace_seconds: grace_of(form_data.grace_hours.as_deref())?,
+        };
         Ok::<_, PortalProblem>(
             roll_key(
                 &state.db,
                 &state.keys,
                 customer.account_id,
-                key_id,
-                grace_seconds,
+                roll,
                 state.config.account.max_keys,
+                Origin::account(ip),
                 Utc::now(),
             )
             .await?,
@@ -439,6 +447,7 @@ pub async fn roll(
 pub async fn revoke(
     State(state): State<AppState>,
     customer: Customer,
+    ClientIp(ip): ClientIp,
     Path(key_id): Path<String>,
     form_data: Result<Form<LimitForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
@@ -446,7 +455,8 @@ pub async fn revoke(
         let Form(form_data) = form_data.map_err(|e| PortalProblem::bad_form(&e))?;
         customer.check_csrf(form_data.csrf.as_deref())?;
         let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
-        revoke_key(&state.db, &state.keys, customer.account_id, key_id).await?;
+        let origin = Origin::account(ip);
+        revoke_key(&state.db, &state.keys, customer.account_id, key_id, origin).await?;
         Ok::<_, PortalProblem>(())
     }
     .await
@@ -458,6 +468,7 @@ pub async fn revoke(
 pub async fn set_limit(
     State(state): State<AppState>,
     customer: Customer,
+    ClientIp(ip): ClientIp,
     Path(key_id): Path<String>,
     form_data: Result<Form<LimitForm>, FormRejection>,
 ) -> Result<Response, PortalProblem> {
@@ -473,6 +484,7 @@ pub async fn set_limit(
             customer.account_id,
             key_id,
             limit,
+            Origin::account(ip),
         )
         .await?;
         Ok::<_, PortalProblem>(())

@@ -1,6 +1,8 @@
 //! The overview (SPEC §12): the figures of `GET /account/v1/usage` (the same report,
-//! [`usage_response`]), the daily window when the plan has one, and a chart of units
-//! per day this month from the series the admin daily-usage route reads.
+//! [`usage_response`]), the daily window when the plan has one, a chart of units per
+//! day this month from the series the admin daily-usage route reads, this month's calls
+//! by route and by key with a chart of daily latency (SPEC §18), and the latest changes
+//! of the account's audit log (SPEC §19).
 
 use axum::extract::{Query, State};
 use axum::response::Response;
@@ -10,11 +12,19 @@ use serde::Deserialize;
 
 use super::page::{Frame, PortalProblem, Section, notice, ok, shell};
 use super::session::Customer;
+use crate::accounts::keys::keys_of;
+use crate::audit::latest;
 use crate::state::AppState;
 use crate::usage::series;
+use crate::web::analytics::{MonthAnalytics, analytics_sections};
+use crate::web::audit::{SHOWN, audit_table};
 use crate::web::chart::{daily_units, days_in};
 use crate::web::page::grouped;
 use crate::web::params::{MonthQuery, usage_response};
+
+/// Keys named in the calls-by-key table at most (the oldest; the account's live keys are
+/// far fewer).
+const NAMED_KEYS: i64 = 100;
 
 /// `?done=`, the notice a form left.
 #[derive(Debug, Deserialize)]
@@ -32,10 +42,18 @@ pub async fn page(
         .await?
         .0;
     let month = crate::month::Month::containing(report.month_start);
-    let days = {
+    let now = Utc::now();
+    let (days, calls, audit) = {
         let mut conn = state.db.acquire().await?;
-        series::daily(&mut conn, customer.account_id, month, Utc::now()).await?
+        let days = series::daily(&mut conn, customer.account_id, month, now).await?;
+        let calls = MonthAnalytics::read(&mut conn, customer.account_id, month, now).await?;
+        (
+            days,
+            calls,
+            latest(&mut conn, customer.account_id, SHOWN).await?,
+        )
     };
+    let keys = keys_of(&state.db, customer.account_id, i64::MIN, NAMED_KEYS).await?;
     let figures = [
         ("plan", "Plan", report.plan.clone()),
         ("allowance", "Allowance", grouped(report.allowance)),
@@ -66,6 +84,12 @@ pub async fn page(
         }
         h2 { "Units per day" }
         (daily_units(&days, days_in(month), &format!("Units per day, {month}")))
+        (analytics_sections(&calls, &keys, "No calls yet this month: calls through your keys show here by route, by key and by day"))
+        section #audit {
+            h2 { "Recent changes" }
+            p.hint { "The latest " (SHOWN) " changes of your keys and plan, newest first." }
+            (audit_table(&audit))
+        }
     };
     let frame = Frame {
         section: Section::Overview,

@@ -16,6 +16,7 @@ pub mod upstream;
 
 use std::net::SocketAddr;
 use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -30,6 +31,7 @@ use crate::auth::refusal::{Refusal, refused};
 use crate::error::ApiError;
 use crate::request_id::RequestId;
 use crate::server::body::RequestBodyError;
+use crate::telemetry::traces::{ClientSpan, ServerSpan, TRACEPARENT};
 use crate::telemetry::{RateLimitedLog, Registered};
 use crate::throttle::rate::Burst;
 use crate::usage::Standing;
@@ -43,25 +45,41 @@ const MAX_ROUTE_CHARS: usize = 512;
 
 /// Handles every request under the proxied prefixes. Once the caller is known, every
 /// answer (the upstream's, or the gateway's own refusal) carries its quota headers.
-pub async fn handle(State(state): State<ProxyState>, request: Request) -> Response<Body> {
+/// A sampled call's server span (`trace`) gets the caller, the outcome and the upstream
+/// request's client span (SPEC §22).
+pub async fn handle(
+    State(state): State<ProxyState>,
+    request: Request,
+    trace: Option<&ServerSpan>,
+) -> Response<Body> {
     let mut quota = Quota::default();
     let mut key_limit = None;
-    let mut response = match forward(&state, request, &mut quota).await {
-        Ok(response) => response,
+    let mut response = match forward(&state, request, &mut quota, trace).await {
+        Ok(response) => {
+            if let Some(trace) = trace {
+                trace.outcome("forwarded");
+            }
+            response
+        }
         Err(e) => {
+            if let Some(trace) = trace {
+                trace.outcome(e.status_and_code().1);
+            }
             if let ApiError::KeyQuotaExceeded { limit, .. } = e {
                 key_limit = Some(limit);
             }
             e.into_response()
         }
     };
-    quota_headers::apply(
-        response.headers_mut(),
-        quota.standing.as_ref(),
-        key_limit,
-        quota.burst,
-        Utc::now(),
-    );
+    if quota.standing.is_some() || quota.burst.is_some() {
+        quota_headers::apply(
+            response.headers_mut(),
+            quota.standing.as_ref(),
+            key_limit,
+            quota.burst,
+            Utc::now(),
+        );
+    }
     response
 }
 
@@ -94,6 +112,7 @@ async fn forward(
     state: &ProxyState,
     request: Request,
     quota: &mut Quota,
+    trace: Option<&ServerSpan>,
 ) -> Result<Response<Body>, ApiError> {
     let path = request.uri().path();
     if path::prefix_of(path).is_none() {
@@ -119,6 +138,9 @@ async fn forward(
     .await?;
     let span = tracing::Span::current();
     span.record("account_id", principal.account_id);
+    if let Some(trace) = trace {
+        trace.caller(principal.account_id, principal.key_id);
+    }
     if let Some(policy) = &principal.policy
         && !policy.allows(path)
     {
@@ -202,7 +224,11 @@ async fn forward(
 
     // Accounting behind: let it catch up a little before forwarding (bounded).
     state.usage.pace().await;
-    state.last_used.record(principal.key_id, now);
+    // The key's last use, for `api_key.last_used_at` (written every 30 s).
+    let second = now.timestamp();
+    if principal.used.load(Ordering::Relaxed) < second {
+        principal.used.store(second, Ordering::Relaxed);
+    }
 
     let peer = peer_of(state, &request);
     let (parts, body) = request.into_parts();
@@ -221,14 +247,23 @@ async fn forward(
     if let Some(host) = upstream.host() {
         headers.insert(axum::http::header::HOST, host.clone());
     }
+    // A sampled call's upstream request names its own client span, never the client's.
+    let client_span = trace.map(|t| t.client(&method, upstream_request.uri()));
+    if let Some(client_span) = &client_span {
+        headers.insert(TRACEPARENT.clone(), client_span.traceparent());
+    }
     *upstream_request.headers_mut() = headers;
 
     let started = Instant::now();
     let result = tokio::time::timeout(upstream.timeout, upstream.request(upstream_request)).await;
+    let latency = started.elapsed();
+    if let Some(client_span) = client_span {
+        end_client_span(client_span, &result);
+    }
     static UPSTREAM_DURATION: Registered<Histogram> = Registered::new();
     UPSTREAM_DURATION
         .get(|| metrics::histogram!("tollgate_upstream_duration_seconds"))
-        .record(started.elapsed().as_secs_f64());
+        .record(latency.as_secs_f64());
     let upstream_response = match result {
         Err(_) => {
             metrics::counter!("tollgate_upstream_errors_total", "kind" => "timeout").increment(1);
@@ -269,6 +304,7 @@ async fn forward(
             cost,
             reserved_by,
             key_reserved_by: key_hold.settle(cost),
+            latency_us: Some(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX)),
         });
     }
 
@@ -276,6 +312,19 @@ async fn forward(
     response.version = Version::HTTP_11;
     response.extensions = Default::default();
     Ok(Response::from_parts(response, Body::new(body)))
+}
+
+/// Ends the upstream request's client span with what came of it.
+fn end_client_span<T>(
+    span: ClientSpan,
+    result: &Result<Result<Response<T>, connect::BoxError>, tokio::time::error::Elapsed>,
+) {
+    match result {
+        Ok(Ok(response)) => span.answered(response.status()),
+        Ok(Err(e)) if RequestBodyError::find(&**e).is_some() => span.failed("client_body"),
+        Ok(Err(_)) => span.failed("unreachable"),
+        Err(_) => span.failed("timeout"),
+    }
 }
 
 /// The route kept in a ledger row: the path, cut to [`MAX_ROUTE_CHARS`] characters.

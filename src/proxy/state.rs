@@ -8,7 +8,6 @@ use sqlx::PgPool;
 use super::entitlements::Entitlements;
 use super::pricing::Pricing;
 use super::upstream::Upstream;
-use crate::accounts::last_used::LastUsed;
 use crate::auth::key_cache::KeyCache;
 use crate::config::Config;
 use crate::throttle::Throttler;
@@ -41,8 +40,6 @@ pub struct ProxyParts {
     pub entitlements: Arc<Entitlements>,
     /// This replica's rate-limit buckets.
     pub rates: RateLimits,
-    /// Keys' last proxied calls.
-    pub last_used: LastUsed,
 }
 
 impl ProxyState {

@@ -44,13 +44,15 @@ pub(super) async fn reserve_block(
     // One statement, one snapshot: accounting moves units from "outstanding" to "used"
     // in one transaction, so the two figures never miss or double a unit.
     let (used, outstanding): (i64, i64) = sqlx::query_as(
-        "SELECT coalesce((SELECT used FROM key_usage_counter
-                          WHERE key_id = $1 AND month_start = $2), 0)::bigint,
+        "SELECT coalesce((SELECT sum(units) FROM usage_rollup
+                          WHERE key_id = $1 AND day >= $3 AND day < $4), 0)::bigint,
                 coalesce((SELECT sum(greatest(granted - accounted, 0)) FROM key_quota_reservation
                           WHERE key_id = $1 AND month_start = $2 AND expires_at > now()), 0)::bigint",
     )
     .bind(key_id)
     .bind(month.start())
+    .bind(month.start().date_naive())
+    .bind(month.end().date_naive())
     .fetch_one(&mut *conn)
     .await?;
     let block = reservation_block(limit - used - outstanding, cost);

@@ -6,7 +6,7 @@
 //! a key's `monthly_limit` changes) names it. A key without a limit costs nothing more.
 //! Through a limited key a replica forwards a call only on units it has reserved, as
 //! hard plans do (`standing`): it reserves a block under the key's row lock, counting
-//! against the limit what was accounted (`key_usage_counter`) and what every replica
+//! against the limit what was accounted (the rollup's units) and what every replica
 //! holds or has forwarded but not yet had accounted (`key_quota_reservation`), read in
 //! one statement, so across replicas the units forwarded never exceed the limit except
 //! by calls whose cost only the upstream's header revealed. Idle blocks go back, busy

@@ -14,6 +14,7 @@
 //! side imports accounting.
 
 pub mod accounting;
+pub mod analytics;
 pub mod announce;
 pub mod endings;
 pub mod grants;

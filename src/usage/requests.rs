@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use crate::config::{PlanConfig, plan_name_problem};
 use crate::error::ApiError;
 use crate::month::storable;
-use crate::plan::{PlanTerms, RateLimit, RateLimitInput, checked_features};
+use crate::plan::{PlanTerms, RateLimitInput, checked_features};
 use crate::usage::rules::Enforcement;
 use crate::usage::subscriptions::NewSubscription;
 
@@ -44,7 +44,7 @@ pub struct SubscriptionRequest {
     /// A second cap per UTC day (units); `null` for none. Left out: the catalogue
     /// plan's, else none.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<i64>)]
+    #[schema(value_type = Option<i64>, minimum = 0)]
     pub daily_allowance: Option<Option<i64>>,
     /// `soft` or `hard`. Left out: the catalogue plan's, else `soft`.
     #[serde(default)]
@@ -52,14 +52,22 @@ pub struct SubscriptionRequest {
     /// Calls per second and burst (SPEC §16); `null` for none. Left out: the catalogue
     /// plan's, else none.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<RateLimit>)]
+    #[schema(value_type = Option<RateLimitInput>)]
     pub rate_limit: Option<Option<RateLimitInput>>,
-    /// The features this subscription includes (SPEC §17), replacing the catalogue
-    /// plan's. Left out: the catalogue plan's, else none.
+    /// The features this subscription includes (SPEC §17), at most 100 (repeats
+    /// dropped), replacing the catalogue plan's. Left out or null: the catalogue plan's,
+    /// else none.
     #[serde(default)]
-    #[schema(value_type = Option<Vec<String>>, example = json!(["synastry"]))]
+    #[schema(value_type = Option<Vec<FeatureName>>, max_items = 100, example = json!(["synastry"]))]
     pub features: Option<Vec<String>>,
 }
+
+/// A feature a plan includes (SPEC §17): 1 to 64 of `a-z`, `0-9`, `_` and `-`.
+// Only the document's: requests carry features as strings, checked by
+// `checked_features`, whose rule the pattern states (held to it by a property test).
+#[derive(ToSchema)]
+#[schema(pattern = "^[a-z0-9_-]{1,64}$", example = "synastry")]
+pub struct FeatureName(pub String);
 
 /// A field that is present, even as `null`, is `Some`; a missing one stays `None`.
 pub fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
@@ -277,6 +285,7 @@ mod prop_tests {
 
     use super::*;
     use crate::config::MAX_PLAN_CHARS;
+    use crate::plan::MAX_FEATURE_CHARS;
     use crate::prop_support::{pattern_at, space};
 
     /// The pattern as `/openapi.json` states it, compiled once.
@@ -332,5 +341,36 @@ mod prop_tests {
                 plan
             );
         }
+
+        #[test]
+        fn the_documented_feature_pattern_is_the_handlers_rule(feature in feature_like()) {
+            let pattern = feature_pattern();
+            prop_assert_eq!(
+                pattern.is_match(&feature).unwrap(),
+                crate::plan::feature_problem(&feature).is_none(),
+                "{:?}",
+                feature
+            );
+        }
+    }
+
+    fn feature_pattern() -> &'static fancy_regex::Regex {
+        static PATTERN: std::sync::LazyLock<fancy_regex::Regex> = std::sync::LazyLock::new(|| {
+            let schema = serde_json::to_value(FeatureName::schema()).unwrap();
+            pattern_at(&schema, "/pattern")
+        });
+        &PATTERN
+    }
+
+    fn feature_like() -> impl Strategy<Value = String> {
+        let feature_char = prop_oneof![
+            8 => prop::sample::select(vec!['a', 'z', '0', '9', '_', '-']),
+            1 => prop::sample::select(vec!['A', ' ', '.', 'é', '\n', '\0']),
+            1 => any::<char>(),
+        ];
+        prop_oneof![
+            4 => prop::collection::vec(feature_char, 0..8).prop_map(String::from_iter),
+            1 => (MAX_FEATURE_CHARS - 1..=MAX_FEATURE_CHARS + 1).prop_map(|n| "s".repeat(n)),
+        ]
     }
 }

@@ -1,14 +1,16 @@
 //! The subscription allocation service behind `POST /admin/v1/accounts/{id}/subscriptions`.
 //!
 //! Activation locks the account (the same lock the listener takes, so accounting and
-//! activation serialize), inserts the subscription and, when metering, writes its
-//! current-month snapshot in the same transaction. An upgrade only changes the
-//! ceiling: the calls already used this month stay counted.
+//! activation serialize), inserts the subscription, records it in the audit log as its
+//! cause says (an operator's, a redeemed code's, a payment's) and, when metering,
+//! writes its current-month snapshot, all in the same transaction. An upgrade only
+//! changes the ceiling: the calls already used this month stay counted.
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 use sqlx::{PgConnection, PgPool};
 use utoipa::ToSchema;
 
@@ -19,6 +21,7 @@ use super::rules::{
     Enforcement, MarkerAction, Standing, Subscription, daily_marker_action, marker_action,
 };
 use super::standing::QuotaView;
+use crate::audit::{self, Action, Cause, Origin, Target};
 use crate::config::PlanConfig;
 use crate::error::ApiError;
 use crate::month::{Day, Month};
@@ -94,6 +97,20 @@ impl From<Subscription> for SubscriptionCreated {
     }
 }
 
+/// A subscription as the audit log records it: its plan and figures, nothing else.
+pub fn detail(sub: &Subscription) -> Value {
+    json!({
+        "plan": sub.plan,
+        "monthly_allowance": sub.monthly_allowance,
+        "daily_allowance": sub.daily_allowance,
+        "enforcement": sub.enforcement.as_str(),
+        "starts_at": sub.starts_at,
+        "expires_at": sub.expires_at,
+        "features": sub.features,
+        "rate_limit": RateLimit::from_columns(sub.rate_per_second, sub.rate_burst),
+    })
+}
+
 /// The stored subscription and the account's standing in the current month after it.
 #[derive(Debug, Clone)]
 pub struct Activated {
@@ -127,30 +144,36 @@ impl Allocation {
             .unwrap_or_default()
     }
 
-    /// Activates `new` for `account_id` in a transaction of its own. Once committed,
-    /// the account's markers follow its new standing: removed when it has units again,
-    /// written when it has none.
+    /// Activates `new` for `account_id` in a transaction of its own, recorded as
+    /// `origin`'s `subscription.activated`. Once committed, the account's markers follow
+    /// its new standing: removed when it has units again, written when it has none.
     pub async fn activate(
         &self,
         account_id: i64,
         new: &NewSubscription,
+        origin: Origin,
         now: DateTime<Utc>,
     ) -> Result<Activated, ActivationError> {
+        let cause = origin.cause(Action::SubscriptionActivated);
         let mut tx = self.db.begin().await?;
-        let activated = self.activate_in(&mut tx, account_id, new, now).await?;
+        let activated = self
+            .activate_in(&mut tx, account_id, new, &cause, now)
+            .await?;
         tx.commit().await?;
         self.settle(activated.standing.as_ref(), account_id, now);
         Ok(activated)
     }
 
     /// Activates inside the caller's transaction (which may record more beside it, as
-    /// a redeemed code). The caller commits, then calls [`Allocation::settle`].
+    /// a redeemed code), with the audit row `cause` names. The caller commits, then
+    /// calls [`Allocation::settle`].
     #[tracing::instrument(skip_all, fields(account_id = account_id))]
     pub async fn activate_in(
         &self,
         tx: &mut PgConnection,
         account_id: i64,
         new: &NewSubscription,
+        cause: &Cause,
         now: DateTime<Utc>,
     ) -> Result<Activated, ActivationError> {
         lock_account(&mut *tx, account_id).await?;
@@ -174,6 +197,12 @@ impl Allocation {
         .bind(RateLimit::columns(new.terms.rate_limit).1)
         .fetch_one(&mut *tx)
         .await?;
+        let entry = cause.entry(
+            account_id,
+            Target::Subscription(subscription.id),
+            detail(&subscription),
+        );
+        audit::record(&mut *tx, cause.origin, &entry).await?;
 
         let standing = self
             .restand(&mut *tx, account_id, now, |s| {

@@ -2,10 +2,12 @@
 //! the month's allowance is used up (see [`super::spending::spend_credits`]).
 
 use chrono::{DateTime, Utc};
+use serde_json::json;
 
 use super::announce::announce;
 use super::report::standings;
 use super::subscriptions::{ActivationError, Allocation, lock_account};
+use crate::audit::{self, Action, Entry, Origin, Target};
 use crate::month::Month;
 
 /// A stored top-up.
@@ -44,7 +46,8 @@ pub async fn topups_of(
 }
 
 impl Allocation {
-    /// Adds `calls` units of credit valid until `expires_at` (or for ever). Like an
+    /// Adds `calls` units of credit valid until `expires_at` (or for ever), recorded in
+    /// the audit log as `origin`'s `grant.added` in the same transaction. Like an
     /// activation it takes the account's row lock, and an account that has units again
     /// gets its markers removed at once.
     #[tracing::instrument(skip_all, fields(account_id = account_id))]
@@ -53,6 +56,7 @@ impl Allocation {
         account_id: i64,
         calls: i64,
         expires_at: Option<DateTime<Utc>>,
+        origin: Origin,
         now: DateTime<Utc>,
     ) -> Result<TopUp, ActivationError> {
         let mut tx = self.db.begin().await?;
@@ -67,6 +71,13 @@ impl Allocation {
         .bind(expires_at)
         .fetch_one(&mut *tx)
         .await?;
+        let entry = Entry {
+            account_id,
+            action: Action::GrantAdded,
+            target: Target::Grant(topup.id),
+            detail: json!({"calls": topup.calls, "expires_at": topup.expires_at}),
+        };
+        audit::record(&mut tx, origin, &entry).await?;
         let month = Month::containing(now);
         let standing = standings(&mut tx, &[account_id], month, now, self.free_monthly_calls)
             .await?

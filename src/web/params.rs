@@ -10,6 +10,7 @@ use utoipa::IntoParams;
 use crate::error::ApiError;
 use crate::month::Month;
 use crate::state::AppState;
+use crate::usage::analytics::{AnalyticsQuery, AnalyticsReport, analytics};
 use crate::usage::{self, UsageReport};
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -95,6 +96,23 @@ pub fn utc_instant(text: &str) -> Option<DateTime<Utc>> {
                 .and_then(|day| day.and_hms_opt(0, 0, 0))
                 .map(|at| at.and_utc())
         })
+}
+
+/// The analytics report of an account (SPEC §18) for a query, shared by the account
+/// and admin APIs; `ACCOUNT_NOT_FOUND` for an unknown account.
+pub async fn analytics_response(
+    state: &AppState,
+    account_id: i64,
+    query: &AnalyticsQuery,
+) -> Result<Json<AnalyticsReport>, ApiError> {
+    let (from, to, group_by) = crate::usage::analytics::report::parse(query, Utc::now())?;
+    let mut conn = state.db.acquire().await?;
+    if !usage::report::account_exists(&mut conn, account_id).await? {
+        return Err(ApiError::AccountNotFound);
+    }
+    Ok(Json(
+        analytics(&mut conn, account_id, from, to, group_by).await?,
+    ))
 }
 
 #[cfg(test)]

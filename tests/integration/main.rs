@@ -6,6 +6,8 @@
 //! memory, which other tests in the same process would disturb.
 
 mod accounts;
+mod analytics;
+mod audit;
 mod billing;
 mod common;
 mod config;
@@ -22,5 +24,6 @@ mod portal;
 mod proxy;
 mod readme;
 mod server;
+mod telemetry;
 mod throttle;
 mod usage;

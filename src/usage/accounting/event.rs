@@ -49,6 +49,10 @@ pub struct UsageEvent {
     /// The replica whose reserved units of a limited key the call was forwarded on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_reserved_by: Option<Uuid>,
+    /// Microseconds from the request sent upstream to its response head (SPEC §18);
+    /// none in events written before analytics existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<u64>,
 }
 
 fn one_unit() -> i64 {
@@ -224,6 +228,7 @@ mod tests {
             cost: 3,
             reserved_by: None,
             key_reserved_by: None,
+            latency_us: None,
         }
     }
 

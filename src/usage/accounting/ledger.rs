@@ -20,6 +20,7 @@ use super::event::UsageEvent;
 use super::partitions::{Partitions, is_missing_partition};
 use crate::month::Month;
 use crate::throttle::Throttler;
+use crate::usage::analytics::RouteBook;
 use crate::usage::standing::QuotaView;
 
 /// Default bound of a wait for an account's row lock.
@@ -38,6 +39,8 @@ pub struct Accountant {
     partitions: Partitions,
     /// `notify.thresholds`, ascending, when threshold webhooks are on.
     thresholds: Option<Arc<[u8]>>,
+    /// How the rollup names routes, and the routes it knows per account and month.
+    routes: Arc<RouteBook>,
 }
 
 impl Accountant {
@@ -52,7 +55,15 @@ impl Accountant {
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             quota: QuotaView::disabled(),
             thresholds: None,
+            routes: Arc::new(RouteBook::new([], 100)),
         }
+    }
+
+    /// Names the rollup's routes after the configured prefixes, bounded per account and
+    /// month (SPEC §18).
+    pub fn with_routes(mut self, routes: RouteBook) -> Self {
+        self.routes = Arc::new(routes);
+        self
     }
 
     /// Records an outbox event for every one of `thresholds` (percentages of the
@@ -147,6 +158,7 @@ impl Accountant {
             quota: &self.quota,
             thresholds: self.thresholds.as_deref(),
             known: &self.known,
+            routes: &self.routes,
         }
     }
 }

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::event::UsageEvent;
-use crate::month::{Day, Month};
+use crate::month::Day;
 
 pub(super) async fn insert_ledger_rows(
     conn: &mut sqlx::PgConnection,
@@ -82,91 +82,6 @@ pub(super) async fn insert_ledger_rows(
     .fetch_all(conn)
     .await?;
     Ok(inserted.into_iter().collect())
-}
-
-/// Adds the inserted rows to the per-key monthly counters (`(calls, units)`). Keys that
-/// do not exist (an event delivered by hand) count for none.
-pub(super) async fn bump_key_counters(
-    conn: &mut sqlx::PgConnection,
-    per_key: &BTreeMap<(i64, Month), (i64, i64)>,
-) -> Result<(), sqlx::Error> {
-    bump(conn, KEYS, per_key, |m| m.start(), |figures| *figures).await?;
-    Ok(())
-}
-
-/// The two statements of one counter table: the update of the rows that exist, and the
-/// insert of the others (`$1` accounts, `$2` window starts, `$3` calls, `$4` units).
-struct Counter {
-    update: &'static str,
-    insert: &'static str,
-}
-
-const KEYS: Counter = Counter {
-    update: "UPDATE key_usage_counter c SET calls = c.calls + u.calls, used = c.used + u.units
-         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
-             AS u(key_id, start, calls, units)
-         WHERE c.key_id = u.key_id AND c.month_start = u.start
-         RETURNING c.key_id, c.month_start, c.used",
-    insert: "INSERT INTO key_usage_counter (key_id, month_start, calls, used)
-         SELECT u.key_id, u.start, u.calls, u.units
-         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::bigint[])
-             AS u(key_id, start, calls, units)
-         JOIN api_key k ON k.id = u.key_id
-         ON CONFLICT (key_id, month_start) DO UPDATE
-             SET calls = key_usage_counter.calls + EXCLUDED.calls,
-                 used = key_usage_counter.used + EXCLUDED.used
-         RETURNING key_id, month_start, used",
-};
-
-/// Adds `(calls, units)` to each `(account, window)` of `adds` in one counter table:
-/// one update for the rows that exist, one insert only when some do not yet.
-async fn bump<W: Copy + Ord, V>(
-    conn: &mut sqlx::PgConnection,
-    counter: Counter,
-    adds: &BTreeMap<(i64, W), V>,
-    start: impl Fn(W) -> DateTime<Utc>,
-    figures: impl Fn(&V) -> (i64, i64),
-) -> Result<Vec<(i64, DateTime<Utc>, i64)>, sqlx::Error> {
-    if adds.is_empty() {
-        return Ok(Vec::new());
-    }
-    let arrays = |adds: &mut dyn Iterator<Item = (&(i64, W), &V)>| {
-        let (mut accounts, mut starts, mut calls, mut units) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for ((account, window), value) in adds {
-            let (c, u) = figures(value);
-            accounts.push(*account);
-            starts.push(start(*window));
-            calls.push(c);
-            units.push(u);
-        }
-        (accounts, starts, calls, units)
-    };
-    let (accounts, starts, calls, units) = arrays(&mut adds.iter());
-    let mut rows: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(counter.update)
-        .bind(accounts)
-        .bind(starts)
-        .bind(calls)
-        .bind(units)
-        .fetch_all(&mut *conn)
-        .await?;
-    if rows.len() < adds.len() {
-        let found: HashSet<(i64, DateTime<Utc>)> = rows.iter().map(|(a, s, _)| (*a, *s)).collect();
-        let (accounts, starts, calls, units) = arrays(
-            &mut adds
-                .iter()
-                .filter(|((a, w), _)| !found.contains(&(*a, start(*w)))),
-        );
-        let inserted: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(counter.insert)
-            .bind(accounts)
-            .bind(starts)
-            .bind(calls)
-            .bind(units)
-            .fetch_all(conn)
-            .await?;
-        rows.extend(inserted);
-    }
-    Ok(rows)
 }
 
 /// Moves units of hard plans from "reserved by a replica" to "accounted".

@@ -1,6 +1,7 @@
 //! An operator's walk through the console in Debian's headless Chromium, driven through
 //! chromedriver (WebDriver) on a free port: sign in, search, open an account, read its
-//! chart, top it up, meet a forged form, sign out. Each page is saved as a PNG under
+//! chart, top it up, meet a forged form, sign out; and read an account's calls by route
+//! and key and its latency chart. Each page is saved as a PNG under
 //! `target/console-screenshots/`. `scripts/ensure-chromium.sh` installs the browser.
 
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 use tollgate::month::Month;
+use tollgate::usage::analytics::histogram::Histogram;
 
 use crate::common::*;
 
@@ -100,6 +102,27 @@ impl Browser {
         println!("screenshot: {}", path.display());
     }
 
+    /// Saves the element `selector` alone, scrolled into view, as `<name>.png`.
+    pub(crate) async fn screenshot_of(&self, selector: &str, name: &str) {
+        let png = self.css(selector).await.screenshot().await.unwrap();
+        let path = self.shots.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap();
+        println!("screenshot: {}", path.display());
+    }
+
+    /// Scrolls `selector` to the top of the window (then [`Browser::screenshot`] shows it
+    /// in its page).
+    pub(crate) async fn scroll_to(&self, selector: &str) {
+        self.css(selector).await;
+        self.client
+            .execute(
+                "document.querySelector(arguments[0]).scrollIntoView();",
+                vec![json!(selector)],
+            )
+            .await
+            .unwrap();
+    }
+
     pub(crate) async fn path(&self) -> String {
         self.client.current_url().await.unwrap().path().to_owned()
     }
@@ -176,6 +199,50 @@ impl Browser {
         }
         out
     }
+}
+
+/// Days of this month before today with calls of `key_id` on `route`, written into the
+/// analytics rollup as accounting would: 100 calls a day, 90 at a latency that wanders
+/// between 35 and 54 ms, 8 at three times it and 2 at eight times it (so p50, p95 and
+/// p99 read about 1×, 3× and 8×), but for every fourth day, which had no calls (a gap in
+/// the chart). Returns the calls written.
+pub(crate) async fn latency_history(
+    app: &TestApp,
+    key_id: i64,
+    account_id: i64,
+    route: &str,
+) -> i64 {
+    let today = Utc::now().date_naive();
+    let mut day = Month::containing(Utc::now()).start().date_naive();
+    let mut written = 0;
+    while day < today {
+        let n = i64::from(day.day());
+        if n % 4 != 0 {
+            let base = (35 + (n * 7) % 20) as u64 * 1_000;
+            let mut latency = Histogram::default();
+            for (calls, factor) in [(90, 1), (8, 3), (2, 8)] {
+                for _ in 0..calls {
+                    latency.record(base * factor);
+                }
+            }
+            sqlx::query(
+                "INSERT INTO usage_rollup (key_id, day, route, account_id, calls, units, errors, latency)
+                 VALUES ($1, $2, $3, $4, 100, 100, $5, $6)",
+            )
+            .bind(key_id)
+            .bind(day)
+            .bind(route)
+            .bind(account_id)
+            .bind(n % 3)
+            .bind(latency.counts())
+            .execute(&app.db.pool)
+            .await
+            .unwrap();
+            written += 100;
+        }
+        day += chrono::Duration::days(1);
+    }
+    written
 }
 
 impl Drop for Browser {
@@ -383,5 +450,138 @@ async fn an_operator_signs_in_finds_an_account_tops_it_up_and_signs_out_in_a_bro
     browser.wait_for_path("/console/sign-in").await;
     c.goto(&app.url(&account)).await.unwrap();
     browser.wait_for_path("/console/sign-in").await;
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn an_operator_reads_an_accounts_calls_by_route_and_key_and_its_latency_in_a_browser() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let session = app.login(&customer).await;
+    let created: Value = app
+        .client
+        .post(app.url("/account/v1/keys"))
+        .bearer_auth(&session)
+        .json(&json!({"name": "nightly batch"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (batch_id, batch) = (
+        created["key_id"].as_i64().unwrap(),
+        created["api_key"].as_str().unwrap(),
+    );
+    for _ in 0..3 {
+        let res = app
+            .call("/vedic/v1/horoscope/daily", &customer.api_key)
+            .await;
+        assert_eq!(res.status(), 200);
+    }
+    for path in [
+        "/vedic/v1/slow/40",
+        "/vedic/v1/slow/120",
+        "/vedic/v1/status/503",
+    ] {
+        app.call(path, batch).await;
+    }
+    app.wait_for_ledger(customer.account_id, 6).await;
+    let history = latency_history(
+        &app,
+        customer.key_id,
+        customer.account_id,
+        "/western/v1/chart",
+    )
+    .await;
+
+    let browser = Browser::start().await;
+    let c = &browser.client;
+    c.goto(&app.url("/console/sign-in")).await.unwrap();
+    browser
+        .css("#token")
+        .await
+        .send_keys(ADMIN_TOKEN)
+        .await
+        .unwrap();
+    browser.follow("section.signin button[type=submit]").await;
+    browser.wait_for_path("/console/").await;
+    let account = format!("/console/accounts/{}", customer.account_id);
+    c.goto(&app.url(&account)).await.unwrap();
+    browser.wait_for_path(&account).await;
+
+    // The tables read as the analytics API does: every route and key, most calls first.
+    for (group, table, attr) in [
+        ("route", "#calls-by-route", "data-route"),
+        ("key", "#calls-by-key", "data-key"),
+    ] {
+        let report: Value = app
+            .admin_get(&format!(
+                "/admin/v1/accounts/{}/analytics?group_by={group}",
+                customer.account_id
+            ))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let expected: Vec<(String, String)> = report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let id = match &r[if group == "key" { "key_id" } else { "route" }] {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (id, r["calls"].to_string())
+            })
+            .collect();
+        let mut shown = Vec::new();
+        for row in c
+            .find_all(Locator::Css(&format!("{table} tbody tr")))
+            .await
+            .unwrap()
+        {
+            let id = row.attr(attr).await.unwrap().unwrap();
+            let calls = row.find(Locator::Css("td[data-calls]")).await.unwrap();
+            shown.push((id, calls.text().await.unwrap().replace(',', "")));
+        }
+        assert_eq!(shown, expected, "{table}");
+    }
+    let first_row = format!("#calls-by-key tr[data-key='{}']", customer.key_id);
+    assert_eq!(
+        browser
+            .text(&format!("{first_row} td[data-calls]"))
+            .await
+            .replace(',', ""),
+        (history + 3).to_string()
+    );
+    assert_eq!(
+        browser
+            .text(&format!(
+                "#calls-by-key tr[data-key='{batch_id}'] .key-name"
+            ))
+            .await,
+        "nightly batch"
+    );
+    browser.scroll_to("#calls-by-route").await;
+    browser.screenshot("account-analytics").await;
+
+    // The chart: three series, each with today's point.
+    let today = Utc::now().date_naive().to_string();
+    for series in ["p50", "p95", "p99"] {
+        let at = format!("#latency g[data-series={series}] circle[data-day='{today}']");
+        browser.css(&at).await;
+    }
+    assert_eq!(
+        c.find_all(Locator::Css("#latency g.series"))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    browser
+        .screenshot_of("#latency figure", "account-latency")
+        .await;
     browser.close().await;
 }

@@ -327,6 +327,19 @@ async fn a_form_with_bad_figures_shows_why_on_the_account_page_and_a_good_one_re
     );
     let again = operator.get(&account).await.text().await.unwrap();
     assert!(!again.contains(" added: pro"));
+    // The audit log shows the operator's subscription, newest first; the refused forms
+    // recorded nothing.
+    let audit = &again[again
+        .find(r#"<section id="audit">"#)
+        .expect("the audit log")..];
+    let newest = &audit[audit.find("<tr data-audit-id=").expect("an event")..];
+    let newest = newest.split("</tr>").next().unwrap();
+    assert!(
+        newest.contains(r#"data-action="subscription.activated""#),
+        "{newest}"
+    );
+    assert!(newest.contains("admin from 127.0.0.1"), "{newest}");
+    assert_eq!(audit.matches("<tr data-audit-id=").count(), 3, "{audit}");
     assert_eq!(operator.get("/console/accounts/999999").await.status(), 404);
     assert_eq!(operator.get("/console/accounts/abc").await.status(), 404);
 }
@@ -545,4 +558,100 @@ async fn the_account_page_lists_each_keys_name_expiry_scopes_last_use_and_rate_l
     ] {
         assert!(first.contains(cell), "{cell} in {first}");
     }
+}
+
+#[tokio::test]
+async fn the_account_page_shows_the_months_calls_by_route_and_key_and_a_latency_chart() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let token = app.login(&customer).await;
+    let res = app
+        .client
+        .post(app.url("/account/v1/keys"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"name": "nightly batch"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    let made: serde_json::Value = res.json().await.unwrap();
+    let (second_id, second) = (
+        made["key_id"].as_i64().unwrap(),
+        made["api_key"].as_str().unwrap(),
+    );
+    for _ in 0..3 {
+        let res = app
+            .call("/vedic/v1/horoscope/daily", &customer.api_key)
+            .await;
+        assert_eq!(res.status(), 200);
+    }
+    for path in ["/vedic/v1/slow/30", "/vedic/v1/status/503"] {
+        app.call(path, second).await;
+    }
+    app.wait_for_ledger(customer.account_id, 5).await;
+
+    let operator = Operator::sign_in(&app).await;
+    let account = format!("/console/accounts/{}", customer.account_id);
+    let page = operator.get(&account).await.text().await.unwrap();
+    let section = |id: &str| {
+        let at = page
+            .find(&format!("<section id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("{id} in {page}"));
+        page[at..].split("</section>").next().unwrap().to_owned()
+    };
+    let row = |section: &str, attr: &str| {
+        let at = section
+            .find(&format!("<tr {attr}>"))
+            .unwrap_or_else(|| panic!("{attr} in {section}"));
+        section[at..].split("</tr>").next().unwrap().to_owned()
+    };
+    let routes = section("calls-by-route");
+    let horoscope = row(&routes, r#"data-route="/vedic/v1/horoscope""#);
+    assert!(horoscope.contains(r#"data-calls="3""#), "{horoscope}");
+    let slow = row(&routes, r#"data-route="/vedic/v1/slow""#);
+    assert!(slow.contains(r#"data-calls="1""#), "{slow}");
+    let status = row(&routes, r#"data-route="/vedic/v1/status""#);
+    assert!(status.contains(r#"data-errors="1""#), "{status}");
+    // The slow call's latency reads about 30 ms at every percentile.
+    let cells: Vec<f64> = slow
+        .split("<td class=\"num\">")
+        .skip(2)
+        .map(|cell| cell.split('<').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(cells.len(), 3, "{slow}");
+    assert!(cells.iter().all(|ms| (29.0..40.0).contains(ms)), "{slow}");
+
+    let keys = section("calls-by-key");
+    let first = row(&keys, &format!(r#"data-key="{}""#, customer.key_id));
+    assert!(first.contains(r#"data-calls="3""#), "{first}");
+    assert!(
+        first.contains(r#"<span class="key-name">default</span>"#),
+        "{first}"
+    );
+    assert!(first.contains(&format!("<code>{}…</code>", &customer.api_key[..12])));
+    let batch = row(&keys, &format!(r#"data-key="{second_id}""#));
+    assert!(batch.contains(r#"data-calls="2""#) && batch.contains(r#"data-errors="1""#));
+    assert!(batch.contains(">nightly batch<"), "{batch}");
+
+    let chart = section("latency");
+    assert!(chart.contains("<svg"), "{chart}");
+    assert_eq!(chart.matches("<g class=\"series\"").count(), 3, "{chart}");
+    for series in ["p50", "p95", "p99"] {
+        assert!(
+            chart.contains(&format!("data-series=\"{series}\"")),
+            "{chart}"
+        );
+    }
+
+    // A month without calls says so, with neither tables nor chart.
+    let month = tollgate::month::Month::containing(chrono::Utc::now());
+    let before = tollgate::month::Month::containing(month.start() - chrono::Duration::days(1));
+    let page = operator
+        .get(&format!("{account}?month={before}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("No calls in this month"), "{page}");
+    assert!(!page.contains("<section id=\"latency\">"), "{page}");
 }

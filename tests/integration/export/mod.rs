@@ -65,6 +65,7 @@ pub async fn account_calls(
             cost,
             reserved_by: None,
             key_reserved_by: None,
+            latency_us: None,
         })
         .collect();
     accountant

@@ -97,6 +97,7 @@ async fn a_message_delivered_twice_is_accounted_once() {
         cost: 1,
         reserved_by: None,
         key_reserved_by: None,
+        latency_us: None,
     };
     let context = js.jetstream().await;
     let (headers, payload) = tollgate::usage::accounting::jetstream::encode(&event);

@@ -382,6 +382,34 @@ async fn an_expiry_set_on_one_replica_holds_on_another_within_a_second() {
         "KEY_EXPIRED",
     )
     .await;
+
+    // A scope set on the first replica, and a roll, hold on the second within a second.
+    let (key_id, key) = new_key(&first, &token, json!({})).await;
+    assert_eq!(second.call(SYNASTRY, &key).await.status(), 200);
+    let path = format!("/account/v1/keys/{key_id}");
+    let res = send(
+        &first,
+        Method::PATCH,
+        &path,
+        &token,
+        Some(json!({"scopes": ["/vedic/v1/"]})),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_error(second.call(SYNASTRY, &key).await, 403, "KEY_SCOPE_DENIED").await;
+    let roll = format!("/account/v1/keys/{key_id}/roll");
+    let res = send(
+        &first,
+        Method::POST,
+        &roll,
+        &token,
+        Some(json!({"grace_seconds": 0})),
+    )
+    .await;
+    assert_eq!(res.status(), 201);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_error(second.call(DAILY, &key).await, 401, "KEY_EXPIRED").await;
 }
 
 #[tokio::test]

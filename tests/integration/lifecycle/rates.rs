@@ -179,8 +179,8 @@ async fn the_free_grants_rate_limit_comes_from_the_configuration() {
     assert_eq!(passed.iter().filter(|r| r.status() == 200).count(), 3);
 }
 
-/// Two replicas share one limit: spread evenly, the fleet admits about the configured
-/// rate over ten seconds, not twice it.
+/// Three replicas share one limit: spread evenly, the fleet admits about the configured
+/// rate over ten seconds, not three times it.
 #[tokio::test]
 async fn replicas_share_a_rate_limit() {
     const RATE: u32 = 20;
@@ -195,30 +195,33 @@ async fn replicas_share_a_rate_limit() {
     .await;
     let config = test_config(&first.db, &first.upstream);
     let second = spawn_replica(first.db.clone(), first.upstream.clone(), config).await;
-    // Both replicas have counted each other (heartbeats every 2 s).
+    let config = test_config(&first.db, &first.upstream);
+    let third = spawn_replica(first.db.clone(), first.upstream.clone(), config).await;
+    let fleet = [&first, &second, &third];
+    // Every replica has counted the others (heartbeats every 2 s).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while first.state.rates.replicas() < 2 || second.state.rates.replicas() < 2 {
+    while fleet.iter().any(|app| app.state.rates.replicas() < 3) {
         assert!(
             tokio::time::Instant::now() < deadline,
             "replicas never saw each other"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // 100 calls a second, alternating replicas, for ten seconds.
+    // 100 calls a second, in turn through each replica, for ten seconds.
     let started = tokio::time::Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     let mut passed = 0u32;
     let mut i = 0;
     while started.elapsed() < Duration::from_secs(10) {
         tick.tick().await;
-        let app = if i % 2 == 0 { &first } else { &second };
+        let app = fleet[i % 3];
         i += 1;
         if app.call(DAILY, &key).await.status() == 200 {
             passed += 1;
         }
     }
     let expected = RATE * 10 + RATE; // the rate over ten seconds, plus the first burst
-    println!("fleet of 2 at {RATE}/s over 10 s: {passed} admitted of {i} (expected ~{expected})");
+    println!("fleet of 3 at {RATE}/s over 10 s: {passed} admitted of {i} (expected ~{expected})");
     assert!(
         passed as f64 <= expected as f64 * 1.25 && passed as f64 >= expected as f64 * 0.75,
         "{passed} admitted, expected about {expected}"

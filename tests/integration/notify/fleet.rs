@@ -38,6 +38,7 @@ fn calls_from(account_id: i64, start: &str, n: i64) -> Vec<UsageEvent> {
             cost: 1,
             reserved_by: None,
             key_reserved_by: None,
+            latency_us: None,
         })
         .collect()
 }
@@ -89,7 +90,12 @@ async fn two_replicas_and_redelivered_events_record_each_threshold_once_a_month(
         terms: Default::default(),
     };
     allocation
-        .activate(account_id, &tiny, at("2026-11-01T00:00:00Z"))
+        .activate(
+            account_id,
+            &tiny,
+            tollgate::audit::Origin::SYSTEM,
+            at("2026-11-01T00:00:00Z"),
+        )
         .await
         .unwrap();
 

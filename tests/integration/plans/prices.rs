@@ -104,6 +104,7 @@ async fn credit_pays_once_the_allowance_is_used_up_and_only_once() {
         cost: 1,
         reserved_by: None,
         key_reserved_by: None,
+        latency_us: None,
     };
     let outcome = accountant.account(&[again], Utc::now()).await.unwrap();
     assert_eq!(outcome.duplicates, 1);

@@ -1,15 +1,15 @@
 //! A customer's walk through the portal in headless Chromium (the console's browser
 //! harness): sign up, call through the key shown, read the figures and the day's bar,
 //! set the key's limit and use it up, make and revoke keys, follow the plans page's
-//! upgrade link and redeem a code. Each page is saved as a PNG under
-//! `target/portal-screenshots/`.
+//! upgrade link and redeem a code; and read the month's calls by route and key and the
+//! latency chart. Each page is saved as a PNG under `target/portal-screenshots/`.
 
 use fantoccini::Locator;
 use serde_json::{Value, json};
 
 use super::http::{DAILY, with_plans};
 use crate::common::*;
-use crate::console::browser::Browser;
+use crate::console::browser::{Browser, latency_history};
 
 #[tokio::test]
 async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_in_a_browser() {
@@ -223,5 +223,216 @@ async fn a_customer_signs_up_uses_a_key_limits_it_revokes_it_and_redeems_a_code_
     browser.wait_for_path("/portal/sign-in").await;
     c.goto(&app.url("/portal/")).await.unwrap();
     browser.wait_for_path("/portal/sign-in").await;
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_customer_reads_the_months_calls_by_route_and_key_and_the_latency_chart_in_a_browser() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let session = app.login(&customer).await;
+    let created: Value = app
+        .client
+        .post(app.url("/account/v1/keys"))
+        .bearer_auth(&session)
+        .json(&json!({"name": "nightly batch"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let batch = created["api_key"].as_str().unwrap();
+    let batch_id = created["key_id"].as_i64().unwrap();
+
+    let browser = Browser::start_saving_to("portal-screenshots").await;
+    let c = &browser.client;
+    c.goto(&app.url("/portal/sign-in")).await.unwrap();
+    browser
+        .css("#email")
+        .await
+        .send_keys(&customer.email)
+        .await
+        .unwrap();
+    browser
+        .css("#password")
+        .await
+        .send_keys(&customer.password)
+        .await
+        .unwrap();
+    browser.follow("section.signin button").await;
+    browser.wait_for_path("/portal/").await;
+    // No calls yet: one line says so.
+    let empty = browser.text("#calls p.empty").await;
+    assert!(empty.starts_with("No calls yet this month"), "{empty}");
+    assert!(c.find(Locator::Css("#latency")).await.is_err());
+    browser.scroll_to("#calls").await;
+    browser.screenshot("overview-no-calls").await;
+
+    for _ in 0..3 {
+        assert_eq!(app.call(DAILY, &customer.api_key).await.status(), 200);
+    }
+    for path in [
+        "/vedic/v1/slow/40",
+        "/western/v1/natal",
+        "/vedic/v1/status/503",
+    ] {
+        app.call(path, batch).await;
+    }
+    app.wait_for_ledger(customer.account_id, 6).await;
+    let history = latency_history(
+        &app,
+        customer.key_id,
+        customer.account_id,
+        "/western/v1/chart",
+    )
+    .await;
+    c.refresh().await.unwrap();
+    browser.wait_for_path("/portal/").await;
+
+    let route = |route: &str| format!("#calls-by-route tr[data-route='{route}'] td[data-calls]");
+    assert_eq!(browser.text(&route("/vedic/v1/horoscope")).await, "3");
+    assert_eq!(browser.text(&route("/vedic/v1/status")).await, "1");
+    assert_eq!(
+        browser
+            .text("#calls-by-route tr[data-route='/vedic/v1/status'] td[data-errors]")
+            .await,
+        "1"
+    );
+    if history > 0 {
+        let shown = browser
+            .text(&route("/western/v1/chart"))
+            .await
+            .replace(',', "");
+        assert_eq!(shown, history.to_string());
+    }
+    let key = |id: i64| format!("#calls-by-key tr[data-key='{id}']");
+    assert_eq!(
+        browser
+            .text(&format!("{} td[data-calls]", key(batch_id)))
+            .await,
+        "3"
+    );
+    assert_eq!(
+        browser.text(&format!("{} .key-name", key(batch_id))).await,
+        "nightly batch"
+    );
+    assert_eq!(
+        browser
+            .text(&format!("{} .key-name", key(customer.key_id)))
+            .await,
+        "default"
+    );
+    let today = chrono::Utc::now().date_naive().to_string();
+    for series in ["p50", "p95", "p99"] {
+        browser
+            .css(&format!(
+                "#latency g[data-series={series}] circle[data-day='{today}']"
+            ))
+            .await;
+    }
+    browser.scroll_to("#calls-by-route").await;
+    browser.screenshot("overview-analytics").await;
+    browser
+        .screenshot_of("#latency figure", "overview-latency")
+        .await;
+    browser.close().await;
+}
+
+/// The keys page's new forms in a browser: a key made with a name, an expiry and one
+/// API's scope is listed with them and held to them; rolling it shows the new key once
+/// and when the old one stops.
+#[tokio::test]
+async fn a_customer_makes_a_named_scoped_expiring_key_and_rolls_it_in_a_browser() {
+    let app = spawn_app().await;
+    let customer = app.signup().await;
+    let browser = Browser::start_saving_to("portal-screenshots").await;
+    let c = &browser.client;
+    c.goto(&app.url("/portal/sign-in")).await.unwrap();
+    browser
+        .css("#email")
+        .await
+        .send_keys(&customer.email)
+        .await
+        .unwrap();
+    browser
+        .css("#password")
+        .await
+        .send_keys(&customer.password)
+        .await
+        .unwrap();
+    browser.follow("section.signin button").await;
+    browser.wait_for_path("/portal/").await;
+    browser.follow("a[href='/portal/keys']").await;
+    browser.wait_for_path("/portal/keys").await;
+
+    let expires = (chrono::Utc::now() + chrono::Duration::days(30))
+        .format("%Y-%m-%d %H:%M")
+        .to_string();
+    browser
+        .css("#new-name")
+        .await
+        .send_keys("ci runner")
+        .await
+        .unwrap();
+    browser
+        .css("#new-expires")
+        .await
+        .send_keys(&expires)
+        .await
+        .unwrap();
+    browser
+        .css("#new-scopes input[name=scope_vedic]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    browser.screenshot("key-form-filled").await;
+    browser.follow("form#new-key button").await;
+    let api_key = browser.text("section.created pre.secret code").await;
+    let key_id = browser
+        .css("section.created pre.secret")
+        .await
+        .attr("data-key-id")
+        .await
+        .unwrap()
+        .unwrap();
+    let row = format!("tr[data-key-id='{key_id}']");
+    assert_eq!(browser.text(&format!("{row} td.name")).await, "ci runner");
+    assert_eq!(
+        browser.text(&format!("{row} td.scopes")).await,
+        "/vedic/v1/"
+    );
+    assert_eq!(browser.text(&format!("{row} td.expires")).await, expires);
+    browser.screenshot("key-created-with-settings").await;
+    assert_eq!(app.call(DAILY, &api_key).await.status(), 200);
+    assert_error(
+        app.call("/western/v1/chart", &api_key).await,
+        403,
+        "KEY_SCOPE_DENIED",
+    )
+    .await;
+
+    // Roll it with no grace: the new key is shown once, the old one refused at once.
+    browser
+        .css(&format!("{row} details.roll summary"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    let grace = browser.css(&format!("{row} input[name=grace_hours]")).await;
+    grace.clear().await.unwrap();
+    grace.send_keys("0").await.unwrap();
+    browser.screenshot("key-roll-confirm").await;
+    browser
+        .follow(&format!("{row} form[action$='/roll'] button"))
+        .await;
+    let new_key = browser.text("section.rolled pre.secret code").await;
+    assert!(new_key.starts_with("tgk_") && new_key != api_key);
+    let end = browser.text("#old-key-end").await;
+    assert!(end.contains("is accepted until"), "{end}");
+    browser.screenshot("key-rolled").await;
+    assert_error(app.call(DAILY, &api_key).await, 401, "KEY_EXPIRED").await;
+    assert_eq!(app.call(DAILY, &new_key).await.status(), 200);
     browser.close().await;
 }

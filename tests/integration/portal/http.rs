@@ -185,6 +185,101 @@ async fn the_overview_shows_the_figures_of_the_usage_report_and_the_days_units()
 }
 
 #[tokio::test]
+async fn the_overview_shows_this_months_calls_by_route_and_key_and_a_latency_chart() {
+    let app = spawn_app().await;
+    let (visitor, _, _) = Visitor::sign_up(&app).await;
+    let page = visitor.page("/portal/").await;
+    assert!(page.contains("No calls yet this month"), "{page}");
+    assert!(!page.contains("<section id=\"latency\">"), "{page}");
+
+    let res = visitor
+        .client
+        .post(format!("{}/account/v1/keys", visitor.base))
+        .bearer_auth(visitor.token())
+        .json(&json!({"name": "nightly batch"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    let second: Value = res.json().await.unwrap();
+    let second_key = second["api_key"].as_str().unwrap();
+    let second_id = second["key_id"].as_i64().unwrap();
+    for _ in 0..3 {
+        assert_eq!(app.call(DAILY, &visitor.api_key).await.status(), 200);
+    }
+    assert_eq!(
+        app.call("/western/v1/chart/natal", second_key)
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        app.call("/vedic/v1/status/503", second_key).await.status(),
+        503
+    );
+    let keys = visitor.api("/account/v1/keys").await;
+    let account_id = visitor.api("/account/v1/usage").await["account_id"]
+        .as_i64()
+        .unwrap();
+    app.wait_for_ledger(account_id, 5).await;
+
+    let page = visitor.page("/portal/").await;
+    assert!(!page.contains("No calls yet this month"), "{page}");
+    let routes = between(&page, "<section id=\"calls-by-route\">", "</section>");
+    let route = |route: &str| between(routes, &format!("<tr data-route=\"{route}\">"), "</tr>");
+    // Most calls first, each with its calls and upstream errors and three percentiles.
+    assert!(routes.find("/vedic/v1/horoscope") < routes.find("/vedic/v1/status"));
+    for (name, calls, errors) in [
+        ("/vedic/v1/horoscope", 3, 0),
+        ("/vedic/v1/status", 1, 1),
+        ("/western/v1/chart", 1, 0),
+    ] {
+        let row = route(name);
+        assert!(row.contains(&format!("data-calls=\"{calls}\"")), "{row}");
+        assert!(row.contains(&format!("data-errors=\"{errors}\"")), "{row}");
+        assert_eq!(
+            row.matches("<td class=\"num\">").count(),
+            4,
+            "units and p50/p95/p99: {row}"
+        );
+    }
+    assert_eq!(routes.matches("<tr data-route=").count(), 3, "{routes}");
+
+    let by_key = between(&page, "<section id=\"calls-by-key\">", "</section>");
+    let first_id = keys[0]["key_id"].as_i64().unwrap();
+    let first = between(by_key, &format!("<tr data-key=\"{first_id}\">"), "</tr>");
+    assert!(first.contains("data-calls=\"3\""), "{first}");
+    assert!(
+        first.contains("<span class=\"key-name\">default</span>"),
+        "{first}"
+    );
+    let prefix = keys[0]["prefix"].as_str().unwrap();
+    assert!(
+        first.contains(&format!("<code>{prefix}…</code>")),
+        "{first}"
+    );
+    let second = between(by_key, &format!("<tr data-key=\"{second_id}\">"), "</tr>");
+    assert!(second.contains("data-calls=\"2\"") && second.contains("data-errors=\"1\""));
+    assert!(second.contains(">nightly batch<"), "{second}");
+    assert!(!page.contains(&visitor.api_key) && !page.contains(second_key));
+
+    // The chart: an SVG with the three percentiles, each with a point today.
+    let chart = between(&page, "<section id=\"latency\">", "</section>");
+    assert!(chart.contains("<svg"), "{chart}");
+    assert!(chart.contains("data-measured=\"1\""), "{chart}");
+    let today = chrono::Utc::now().date_naive().to_string();
+    for series in ["p50", "p95", "p99"] {
+        let group = between(chart, &format!("data-series=\"{series}\">"), "</g>");
+        assert_eq!(
+            group.matches(&format!("data-day=\"{today}\"")).count(),
+            1,
+            "{group}"
+        );
+    }
+    assert_eq!(chart.matches("<g class=\"series\"").count(), 3, "{chart}");
+}
+
+#[tokio::test]
 async fn forms_without_the_sessions_token_are_refused_and_change_nothing() {
     let app = spawn_app().await;
     let (visitor, _, _) = Visitor::sign_up(&app).await;
@@ -364,6 +459,35 @@ async fn keys_are_created_once_shown_limited_and_revoked() {
         Value::Null
     );
     assert_eq!(app.call(DAILY, &new_key).await.status(), 401);
+
+    // The overview's audit log shows each change as the account's, newest first; the
+    // refused limit changed nothing and shows nothing.
+    let overview = visitor.page("/portal/").await;
+    let audit = between(&overview, "<section id=\"audit\">", "</section>");
+    let newest = between(audit, "<tr data-audit-id=", "</tr>");
+    assert!(newest.contains(r#"data-action="key.revoked""#), "{newest}");
+    assert!(newest.contains("account from 127.0.0.1"), "{newest}");
+    assert!(
+        newest.contains(&format!("<code>key:{key_id}</code>")),
+        "{newest}"
+    );
+    let actions: Vec<Value> = visitor.api("/account/v1/audit").await["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].clone())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "key.revoked",
+            "key.changed",
+            "key.changed",
+            "key.created",
+            "key.created",
+            "subscription.activated"
+        ]
+    );
 }
 
 /// The row of key `key_id` on a keys page.

@@ -114,6 +114,7 @@ fn one_call_each(accounts: &[i64]) -> Vec<tollgate::usage::accounting::UsageEven
             cost: 1,
             reserved_by: None,
             key_reserved_by: None,
+            latency_us: None,
         })
         .collect()
 }

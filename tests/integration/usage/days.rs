@@ -132,7 +132,8 @@ async fn a_day_counted_before_the_upgrade_moves_onto_the_row_and_is_judged_whole
         metering: true,
         plans: Vec::new().into(),
     };
-    allocation.activate(id, &plan, now).await.unwrap();
+    let origin = tollgate::audit::Origin::SYSTEM;
+    allocation.activate(id, &plan, origin, now).await.unwrap();
     // Five calls of today counted as a release before V16 left them: in the day table,
     // and a monthly row with no open day.
     let before_the_upgrade = [

@@ -61,6 +61,7 @@ fn event(account_id: i64, occurred_at: DateTime<Utc>) -> UsageEvent {
         cost: 1,
         reserved_by: None,
         key_reserved_by: None,
+        latency_us: None,
     }
 }
 
@@ -124,7 +125,8 @@ async fn subscribe(
         metering: true,
         plans: Vec::new().into(),
     };
-    let activated = allocation.activate(account_id, &new, at(now)).await;
+    let origin = tollgate::audit::Origin::SYSTEM;
+    let activated = allocation.activate(account_id, &new, origin, at(now)).await;
     activated.unwrap().subscription.id
 }
 

@@ -18,7 +18,7 @@ mod value;
 
 use super::counters::{MonthFigures, bump_usage};
 use super::event::UsageEvent;
-use super::key_counters::record_keys;
+use super::key_counters::settle_key_reservations;
 use super::ledger_sql::{insert_ledger_rows, settle_reservations};
 use crate::month::{Day, Month};
 use crate::usage::announce::announce_standings;
@@ -45,7 +45,7 @@ pub(super) async fn account_batch(
     if !batch.events.is_empty() {
         ensure_grants(&mut tx, acc, &mut batch).await?;
         insert_rows(&mut tx, &mut batch).await?;
-        count(&mut tx, &mut batch).await?;
+        count(&mut tx, acc, &mut batch).await?;
         read_allowances(&mut tx, acc, &mut batch).await?;
         pay_from_credit(&mut tx, &mut batch).await?;
         record_thresholds(&mut tx, acc, &mut batch).await?;
@@ -128,9 +128,14 @@ async fn insert_rows(tx: &mut PgConnection, batch: &mut Batch<'_>) -> Result<(),
 }
 
 /// Adds the inserted rows to the account counters (the month and its days), once per
-/// account and month, and per key, and settles the units of hard plans and limited
-/// keys that replicas had reserved for them.
-async fn count(tx: &mut PgConnection, batch: &mut Batch<'_>) -> Result<(), sqlx::Error> {
+/// account and month, and to the rollup per key, day and route (which also holds each
+/// key's month, SPEC §13), and settles the units of hard plans and limited keys that
+/// replicas had reserved for them.
+async fn count(
+    tx: &mut PgConnection,
+    acc: &Shared<'_>,
+    batch: &mut Batch<'_>,
+) -> Result<(), sqlx::Error> {
     let mut figures: BTreeMap<(i64, Month), MonthFigures> = BTreeMap::new();
     let mut reserved: BTreeMap<(i64, Day, Uuid), i64> = BTreeMap::new();
     for e in &batch.accounted {
@@ -151,7 +156,8 @@ async fn count(tx: &mut PgConnection, batch: &mut Batch<'_>) -> Result<(), sqlx:
     let counted = bump_usage(tx, &figures).await?;
     (batch.used, batch.used_on) = (counted.used, counted.used_on);
     settle_reservations(tx, &reserved).await?;
-    record_keys(tx, &batch.accounted).await
+    settle_key_reservations(tx, &batch.accounted).await?;
+    crate::usage::analytics::rollup::record(tx, &batch.accounted, acc.routes).await
 }
 
 /// After the commit: the snapshots written or read are remembered, this replica's

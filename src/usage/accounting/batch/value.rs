@@ -57,6 +57,7 @@ pub struct Shared<'a> {
     /// `notify.thresholds`, ascending, when threshold webhooks are on.
     pub thresholds: Option<&'a [u8]>,
     pub known: &'a KnownSnapshots,
+    pub routes: &'a crate::usage::analytics::RouteBook,
 }
 
 /// What one batch has found so far, stage by stage.

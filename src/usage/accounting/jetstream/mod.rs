@@ -117,6 +117,7 @@ mod tests {
             cost: 1,
             reserved_by: Some(uuid::Uuid::new_v4()),
             key_reserved_by: None,
+            latency_us: None,
         };
         let (headers, payload) = encode(&event);
         assert_eq!(
