@@ -383,10 +383,53 @@ pub fn anyhow_chain(err: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// JSON body extractor whose rejections are [`ApiError`]s.
-#[derive(Debug, Clone, Copy, Default, axum::extract::FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
+/// JSON body extractor whose rejections are [`ApiError`]s. The body must be a JSON
+/// object (see [`Object`]): every request body of the account and admin APIs is one.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct JsonBody<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for JsonBody<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let axum::Json(Object(value)) = axum::Json::<Object<T>>::from_request(req, state).await?;
+        Ok(JsonBody(value))
+    }
+}
+
+/// A request body read from a JSON object only. serde's derived structs also read an
+/// array of their fields in order (`[null, null]` as a change's first two fields), which
+/// no document allows and no client means: that is refused (`422`, "the body must be an
+/// object") like any other value of the wrong type. Errors inside the object keep their
+/// field's path.
+#[derive(Debug, Default)]
+pub struct Object<T>(pub T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Fields<T> {
+            type Value = T;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+
+        deserializer
+            .deserialize_map(Fields(std::marker::PhantomData))
+            .map(Object)
+    }
+}
 
 /// Query extractor whose rejections are [`ApiError`]s.
 #[derive(Debug, Clone, Copy, Default, axum::extract::FromRequestParts)]

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 
 use chrono::{DateTime, Utc};
 
-use super::keys::{KeySummary, Object, ScopePath, checked_limit, instant_or_null};
+use super::keys::{KeySummary, ScopePath, checked_limit, instant_or_null};
 use crate::accounts::keys::{KeyChange, change_key, checked_expiry, checked_name, checked_scopes};
 use crate::audit::Origin;
 use crate::auth::SessionPrincipal;
@@ -134,7 +134,7 @@ pub async fn patch_key(
     session: SessionPrincipal,
     ClientIp(ip): ClientIp,
     PathParams(key_id): PathParams<String>,
-    JsonBody(Object(patch)): JsonBody<Object<KeyPatch>>,
+    JsonBody(patch): JsonBody<KeyPatch>,
 ) -> Result<Json<KeySummary>, ApiError> {
     let key_id: i64 = key_id.parse().map_err(|_| ApiError::KeyNotFound)?;
     let change = patch.change(Utc::now())?;
@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn a_body_is_an_object_never_an_array_of_the_fields() {
-        let read = |json: &str| serde_json::from_str::<Object<KeyPatch>>(json);
+        let read = |json: &str| serde_json::from_str::<crate::error::Object<KeyPatch>>(json);
         assert_eq!(
             read(r#"{"monthly_limit": 5}"#).unwrap().0.monthly_limit,
             Some(Some(5))

@@ -10,11 +10,9 @@ use axum::http::header::{CONTENT_TYPE, LINK};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 
 use std::fmt;
-use std::marker::PhantomData;
 
 use chrono::{DateTime, Utc};
-use serde::de::value::MapAccessDeserializer;
-use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
+use serde::de::{self, DeserializeOwned, Visitor};
 use serde::{Deserialize, Deserializer};
 use utoipa::{IntoParams, ToSchema};
 
@@ -27,7 +25,7 @@ pub use crate::accounts::keys::{
 };
 use crate::audit::Origin;
 use crate::auth::SessionPrincipal;
-use crate::error::{ApiError, ErrorBody, PathParams, QueryParams};
+use crate::error::{ApiError, ErrorBody, Object, PathParams, QueryParams};
 use crate::plan::RateLimitInput;
 use crate::state::AppState;
 use crate::web::client::ClientIp;
@@ -141,36 +139,6 @@ pub(crate) fn instant_or_null<'de, D: Deserializer<'de>>(
     }
 
     deserializer.deserialize_option(Instant)
-}
-
-/// A request body read from a JSON object only. serde's derived structs also read an
-/// array of their fields in order (`[null, null]` as a change's first two fields), which
-/// no document allows and no client means: that is refused (`422`, "the body must be an
-/// object") like any other value of the wrong type. Errors inside the object keep their
-/// field's path.
-#[derive(Debug, Default)]
-pub struct Object<T>(pub T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Fields<T>(PhantomData<T>);
-
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for Fields<T> {
-            type Value = T;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map))
-            }
-        }
-
-        deserializer
-            .deserialize_map(Fields(PhantomData))
-            .map(Object)
-    }
 }
 
 /// An optional JSON body: empty (or `null`) is `T::default()`; anything else must be a

@@ -5,7 +5,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::Utc;
 
-use crate::account::keys::Object;
 use crate::audit::Origin;
 use crate::auth::AdminPrincipal;
 use crate::error::{ApiError, ErrorBody, JsonBody, PathParams, QueryParams};
@@ -45,7 +44,7 @@ pub async fn create_subscription(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
     PathParams(account_id): PathParams<String>,
-    JsonBody(Object(req)): JsonBody<Object<SubscriptionRequest>>,
+    JsonBody(req): JsonBody<SubscriptionRequest>,
 ) -> Result<(StatusCode, Json<SubscriptionCreated>), ApiError> {
     let account_id = parse_account_id(&account_id)?;
     let now = Utc::now();

@@ -155,3 +155,26 @@ async fn an_oversized_portal_form_is_413_in_words() {
     assert!(page.contains("The form is too large."), "{page}");
     assert!(!page.contains("Failed to buffer"), "{page}");
 }
+
+/// serde's structs would also read an array of their fields in order; every JSON body of
+/// the account and admin APIs must be an object.
+#[tokio::test]
+async fn a_body_that_is_an_array_of_the_fields_is_refused_everywhere() {
+    let app = spawn_app().await;
+    let res = app
+        .post_json(
+            "/account/v1/signup",
+            &serde_json::json!(["array@example.com", "correct horse battery"]),
+        )
+        .await;
+    assert_error(res, 422, "VALIDATION_FAILED").await;
+    let customer = app.signup().await;
+    let res = app
+        .admin_post(
+            &format!("/admin/v1/accounts/{}/grants", customer.account_id),
+            &serde_json::json!([100, null]),
+        )
+        .await;
+    assert_error(res, 422, "VALIDATION_FAILED").await;
+    assert_eq!(app.usage_of(customer.account_id).await["credits"], 0);
+}
