@@ -585,7 +585,7 @@ async fn the_account_page_shows_the_months_calls_by_route_and_key_and_a_latency_
             .await;
         assert_eq!(res.status(), 200);
     }
-    for path in ["/vedic/v1/slow/30", "/vedic/v1/status/503"] {
+    for path in ["/vedic/v1/slow/200", "/vedic/v1/status/503"] {
         app.call(path, second).await;
     }
     app.wait_for_ledger(customer.account_id, 5).await;
@@ -612,14 +612,15 @@ async fn the_account_page_shows_the_months_calls_by_route_and_key_and_a_latency_
     assert!(slow.contains(r#"data-calls="1""#), "{slow}");
     let status = row(&routes, r#"data-route="/vedic/v1/status""#);
     assert!(status.contains(r#"data-errors="1""#), "{status}");
-    // The slow call's latency reads about 30 ms at every percentile.
+    // The slow call's latency reads about 200 ms at every percentile (a busy machine may
+    // add a few milliseconds to the upstream's sleep).
     let cells: Vec<f64> = slow
         .split("<td class=\"num\">")
         .skip(2)
         .map(|cell| cell.split('<').next().unwrap().parse().unwrap())
         .collect();
     assert_eq!(cells.len(), 3, "{slow}");
-    assert!(cells.iter().all(|ms| (29.0..40.0).contains(ms)), "{slow}");
+    assert!(cells.iter().all(|ms| (196.0..240.0).contains(ms)), "{slow}");
 
     let keys = section("calls-by-key");
     let first = row(&keys, &format!(r#"data-key="{}""#, customer.key_id));

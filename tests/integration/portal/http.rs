@@ -709,7 +709,7 @@ async fn rolling_a_key_shows_the_new_key_once_and_when_the_old_one_ends() {
         )
         .await;
     assert_eq!(res.status(), 409);
-    assert!(res.text().await.unwrap().contains("it cannot be rolled"));
+    assert!(res.text().await.unwrap().contains("revoked or expired"));
     let page = visitor.page("/portal/keys").await;
     let row = key_row(&page, new_id);
     assert!(row.contains("expired"), "{row}");
