@@ -13,6 +13,7 @@ mod plans;
 #[cfg(test)]
 mod prop_tests;
 mod settings;
+mod validate;
 
 pub use load::{ConfigError, Sources};
 pub use notify::{NotifyConfig, Webhook};

@@ -10,6 +10,7 @@
 //! signed-in account's id. The frame, chart, stylesheet and security headers are the
 //! operator console's ([`crate::console`]).
 
+mod key_fields;
 pub mod keys;
 pub mod overview;
 pub mod page;

@@ -4,6 +4,7 @@
 
 mod browser;
 mod http;
+mod keys;
 
 use reqwest::header::{COOKIE, HeaderMap, LOCATION};
 use reqwest::{Client, Response};
