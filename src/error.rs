@@ -42,6 +42,9 @@ pub enum ApiError {
     Throttled,
     #[error("quota exceeded")]
     QuotaExceeded { retry_after: i64 },
+    /// A spend cap of the day or month is reached (SPEC §20).
+    #[error("spend cap reached")]
+    SpendCapReached { retry_after: i64 },
     /// The calling key's monthly limit (`limit` units) is used up (SPEC §13).
     #[error("key quota exceeded")]
     KeyQuotaExceeded { retry_after: i64, limit: i64 },
@@ -125,6 +128,7 @@ impl ApiError {
             InvalidCredentials => (StatusCode::UNAUTHORIZED, "INVALID_CREDENTIALS"),
             Throttled => (StatusCode::TOO_MANY_REQUESTS, "REQUEST_THROTTLED"),
             QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "QUOTA_EXCEEDED"),
+            SpendCapReached { .. } => (StatusCode::TOO_MANY_REQUESTS, "SPEND_CAP_REACHED"),
             KeyQuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "KEY_QUOTA_EXCEEDED"),
             TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_REQUESTS"),
             KeyExpired => (StatusCode::UNAUTHORIZED, "KEY_EXPIRED"),
@@ -168,6 +172,7 @@ impl ApiError {
         match self {
             ApiError::Throttled => Some(1),
             ApiError::QuotaExceeded { retry_after }
+            | ApiError::SpendCapReached { retry_after }
             | ApiError::KeyQuotaExceeded { retry_after, .. } => Some((*retry_after).max(1) as u64),
             ApiError::TooManyRequests { retry_after_secs } => Some((*retry_after_secs).max(1)),
             ApiError::RateLimited { retry_after } => Some((*retry_after).max(1)),
@@ -191,6 +196,7 @@ impl ApiError {
             InvalidCredentials => "Email or password is wrong.".into(),
             Throttled => "Request throttled. Please try again.".into(),
             QuotaExceeded { .. } => "Quota exceeded for this period.".into(),
+            SpendCapReached { .. } => "Spend cap reached for this period.".into(),
             KeyQuotaExceeded { .. } => "This key's monthly limit is used up.".into(),
             TooManyRequests { .. } => "Too many attempts. Please try again later.".into(),
             KeyExpired => "This API key has expired.".into(),

@@ -165,11 +165,109 @@ pub fn checked_features(features: Vec<String>, field: &str) -> Result<Vec<String
     Ok(kept)
 }
 
-/// What an account's active subscription entitles it to besides units (SPEC §16, §17).
+/// What an account's active subscription entitles it to besides units (SPEC §16, §17,
+/// §20).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanTerms {
     pub features: Vec<String>,
     pub rate_limit: Option<RateLimit>,
+    pub budget: Budget,
+}
+
+/// Largest figure a minute window, a price or a cap may have: well past any real plan,
+/// and small enough that a month's units times a price never overflows `i64` in
+/// practice (products saturate regardless).
+pub const MAX_BUDGET_FIGURE: i64 = 1_000_000_000_000_000;
+
+/// A plan's windows of totals beside the month and the day, and its money (SPEC §20):
+/// units per fixed minute, the price of a unit in micro-USD and the most a UTC day and
+/// month may cost. `None` = none.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    sqlx::FromRow,
+)]
+pub struct Budget {
+    /// Units per fixed 60 s window aligned to the epoch minute (UTC).
+    #[schema(minimum = 0)]
+    pub minute_allowance: Option<i64>,
+    /// Micro-USD per unit.
+    #[schema(minimum = 0)]
+    pub unit_price_micros: Option<i64>,
+    /// The most a UTC day may cost, in micro-USD.
+    #[schema(minimum = 0)]
+    pub spend_cap_day_micros: Option<i64>,
+    /// The most a UTC month may cost, in micro-USD.
+    #[schema(minimum = 0)]
+    pub spend_cap_month_micros: Option<i64>,
+}
+
+impl Budget {
+    /// What `units` cost, in micro-USD (0 without a price).
+    pub fn spent(&self, units: i64) -> i64 {
+        units
+            .max(0)
+            .saturating_mul(self.unit_price_micros.unwrap_or(0))
+    }
+
+    /// Units after which a cap of `cap` micro-USD is reached (`spent >= cap`): a call is
+    /// refused once that many units are used. `None` when the cap can never be reached
+    /// (no cap, or units cost nothing and the cap is above 0).
+    pub fn cap_units(&self, cap: Option<i64>) -> Option<i64> {
+        let cap = cap?;
+        if cap <= 0 {
+            return Some(0);
+        }
+        let price = self.unit_price_micros.filter(|p| *p > 0)?;
+        // Reached at the first unit count whose cost is at least the cap.
+        Some(cap / price + i64::from(cap % price != 0))
+    }
+
+    /// Units the day's cap allows.
+    pub fn day_cap_units(&self) -> Option<i64> {
+        self.cap_units(self.spend_cap_day_micros)
+    }
+
+    /// Units the month's cap allows.
+    pub fn month_cap_units(&self) -> Option<i64> {
+        self.cap_units(self.spend_cap_month_micros)
+    }
+
+    /// Whether a cap may refuse calls.
+    pub fn has_caps(&self) -> bool {
+        self.day_cap_units().is_some() || self.month_cap_units().is_some()
+    }
+
+    /// Checks the figures: each from 0 to [`MAX_BUDGET_FIGURE`], and a cap only with a
+    /// price. The refusal names the field.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, value) in [
+            ("minute_allowance", self.minute_allowance),
+            ("unit_price_micros", self.unit_price_micros),
+            ("spend_cap_day_micros", self.spend_cap_day_micros),
+            ("spend_cap_month_micros", self.spend_cap_month_micros),
+        ] {
+            if value.is_some_and(|v| !(0..=MAX_BUDGET_FIGURE).contains(&v)) {
+                return Err(format!(
+                    "{name} must be an integer from 0 to {MAX_BUDGET_FIGURE}"
+                ));
+            }
+        }
+        if self.unit_price_micros.is_none()
+            && (self.spend_cap_day_micros.is_some() || self.spend_cap_month_micros.is_some())
+        {
+            return Err("a spend cap needs unit_price_micros".into());
+        }
+        Ok(())
+    }
 }
 
 impl PlanTerms {
@@ -184,6 +282,32 @@ mod tests {
 
     fn input(per_second: i64, burst: Option<i64>) -> RateLimitInput {
         RateLimitInput { per_second, burst }
+    }
+
+    #[test]
+    fn a_cap_is_reached_at_the_first_unit_count_costing_at_least_the_cap() {
+        let budget = |price, day, month| Budget {
+            minute_allowance: None,
+            unit_price_micros: price,
+            spend_cap_day_micros: day,
+            spend_cap_month_micros: month,
+        };
+        let b = budget(Some(1_000), Some(5_000), Some(5_500));
+        assert_eq!(b.day_cap_units(), Some(5));
+        assert_eq!(b.month_cap_units(), Some(6), "5 units cost 5,000 < 5,500");
+        assert_eq!(b.spent(7), 7_000);
+        assert_eq!(budget(Some(0), Some(1), None).day_cap_units(), None);
+        assert_eq!(budget(Some(0), Some(0), None).day_cap_units(), Some(0));
+        assert_eq!(budget(None, None, None).spent(10), 0);
+        assert!(!budget(Some(5), None, None).has_caps());
+        assert_eq!(
+            budget(Some(i64::MAX / 2), None, None).spent(3),
+            i64::MAX,
+            "saturates"
+        );
+        assert!(budget(None, Some(1), None).check().is_err());
+        assert!(budget(Some(-1), None, None).check().is_err());
+        assert!(b.check().is_ok());
     }
 
     #[test]

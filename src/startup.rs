@@ -209,6 +209,7 @@ impl Gateway {
         let state = AppState::new(
             Shared {
                 past_days: Default::default(),
+                minutes: crate::throttle::minute::MinuteWindows::new(rates.clone()),
                 rates,
                 last_used,
                 quota,

@@ -21,6 +21,7 @@ use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{ProxyParts, ProxyState};
 use crate::throttle::Throttler;
+use crate::throttle::minute::MinuteWindows;
 use crate::throttle::rate::RateLimits;
 use crate::usage::accounting::UsagePublisher;
 use crate::usage::key_limits::KeyLimits;
@@ -63,6 +64,8 @@ pub struct Shared {
     pub past_days: PastDays,
     /// This replica's buckets of the rate limits per second.
     pub rates: RateLimits,
+    /// This replica's windows of units per minute (SPEC §20).
+    pub minutes: MinuteWindows,
     /// Keys' last proxied calls, written every 30 s.
     pub last_used: LastUsed,
 }
@@ -89,6 +92,7 @@ impl AppState {
             usage: shared.usage.clone(),
             entitlements: Arc::new(Entitlements::from_config(&shared.config.entitlements)),
             rates: shared.rates.clone(),
+            minutes: shared.minutes.clone(),
         });
         Self(Arc::new(Parts {
             shared: Arc::new(shared),

@@ -22,6 +22,14 @@ pub struct PlanSummary {
     pub features: Vec<String>,
     /// Calls per second and burst (SPEC §16); null = none.
     pub rate_limit: Option<RateLimit>,
+    /// Units per fixed minute (SPEC §20); null = none.
+    pub minute_allowance: Option<i64>,
+    /// Micro-USD per unit; null = none.
+    pub unit_price_micros: Option<i64>,
+    /// The most a UTC day may cost, in micro-USD; null = no cap.
+    pub spend_cap_day_micros: Option<i64>,
+    /// The most a UTC month may cost, in micro-USD; null = no cap.
+    pub spend_cap_month_micros: Option<i64>,
 }
 
 impl From<&PlanConfig> for PlanSummary {
@@ -33,6 +41,10 @@ impl From<&PlanConfig> for PlanSummary {
             enforcement: plan.enforcement,
             features: plan.features.clone(),
             rate_limit: plan.terms().rate_limit,
+            minute_allowance: plan.minute_allowance,
+            unit_price_micros: plan.unit_price_micros,
+            spend_cap_day_micros: plan.spend_cap_day_micros,
+            spend_cap_month_micros: plan.spend_cap_month_micros,
         }
     }
 }

@@ -11,13 +11,13 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::de::lenient;
-use crate::plan::{Enforcement, FREE_PLAN, PlanTerms, RateLimitInput, checked_features};
+use crate::plan::{Budget, Enforcement, FREE_PLAN, PlanTerms, RateLimitInput, checked_features};
 
 /// Longest plan name, in characters.
 pub const MAX_PLAN_CHARS: usize = 64;
 
 /// One `[[plans]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanConfig {
     pub name: String,
@@ -43,14 +43,38 @@ pub struct PlanConfig {
     /// Calls per second and burst (SPEC §16); none when absent.
     #[serde(default)]
     pub rate_limit: Option<RateLimitInput>,
+    /// Units per fixed minute (SPEC §20); none when absent.
+    #[serde(default)]
+    pub minute_allowance: Option<i64>,
+    /// Micro-USD per unit (SPEC §20); none when absent.
+    #[serde(default)]
+    pub unit_price_micros: Option<i64>,
+    /// The most a UTC day may cost, in micro-USD; none when absent.
+    #[serde(default)]
+    pub spend_cap_day_micros: Option<i64>,
+    /// The most a UTC month may cost, in micro-USD; none when absent.
+    #[serde(default)]
+    pub spend_cap_month_micros: Option<i64>,
 }
 
 impl PlanConfig {
-    /// The plan's features and rate limit (checked when the configuration loaded).
+    /// The plan's features, rate limit and budget (checked when the configuration
+    /// loaded).
     pub fn terms(&self) -> PlanTerms {
         PlanTerms {
             features: self.features.clone(),
             rate_limit: self.rate_limit.and_then(|r| r.checked("rate_limit").ok()),
+            budget: self.budget(),
+        }
+    }
+
+    /// The plan's minute window, price and spend caps (SPEC §20).
+    pub fn budget(&self) -> Budget {
+        Budget {
+            minute_allowance: self.minute_allowance,
+            unit_price_micros: self.unit_price_micros,
+            spend_cap_day_micros: self.spend_cap_day_micros,
+            spend_cap_month_micros: self.spend_cap_month_micros,
         }
     }
 
@@ -236,6 +260,9 @@ pub(super) fn validate_plans(plans: &[PlanConfig]) -> Result<(), String> {
         if let Some(Err(problem)) = plan.rate_limit.map(|r| r.checked("rate_limit")) {
             return Err(format!("plans: `{}`: {problem}", plan.name));
         }
+        if let Err(problem) = plan.budget().check() {
+            return Err(format!("plans: `{}`: {problem}", plan.name));
+        }
         if let Some(problem) = plan.checkout_url.as_deref().and_then(checkout_url_problem) {
             return Err(format!("plans: `{}`: {problem}", plan.name));
         }
@@ -266,6 +293,10 @@ mod tests {
             checkout_url: None,
             features: vec![],
             rate_limit: None,
+            minute_allowance: None,
+            unit_price_micros: None,
+            spend_cap_day_micros: None,
+            spend_cap_month_micros: None,
         }
     }
 

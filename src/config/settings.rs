@@ -264,8 +264,13 @@ pub struct PricingConfig {
     /// `[{prefix = "/vedic/v1/...", cost = N}]`; the longest matching prefix wins,
     /// paths matching none cost 1.
     pub routes: Vec<RoutePrice>,
-    /// Response header by which the upstream reports a call's cost (never passed on).
+    /// Response header by which the upstream reports a call's cost (never passed on);
+    /// also read from a chunked response's trailer (SPEC §20).
     pub cost_header: Option<String>,
+    /// Read `event: usage` / `data: {"units": N}` from `text/event-stream` responses and
+    /// spend the units as they arrive (SPEC §20).
+    #[serde(deserialize_with = "lenient")]
+    pub stream_usage: bool,
 }
 
 /// `[analytics]`: the rollup of usage per route, key and day (SPEC §18).
@@ -401,6 +406,7 @@ impl UsageConfig {
             rate_limit: self
                 .free_rate_limit
                 .and_then(|r| r.checked("usage.free_rate_limit").ok()),
+            budget: crate::plan::Budget::default(),
         }
     }
 }

@@ -28,6 +28,7 @@ use crate::usage::topups::topups_of;
 use crate::web::analytics::{MonthAnalytics, analytics_sections};
 use crate::web::audit::{SHOWN, audit_table};
 use crate::web::chart::{daily_calls, days_in};
+use crate::web::page::usd;
 use crate::web::params::{MonthQuery, month_or_current};
 
 /// Date fields are plain text in one stated format: a browser's `datetime-local` field
@@ -125,6 +126,22 @@ pub async fn render(
             div { dt { "Remaining" } dd #remaining { (grouped(report.remaining)) } }
             @if let Some(daily) = &report.daily {
                 div { dt { "Today" } dd { (grouped(daily.used)) " of " (grouped(daily.allowance)) } }
+            }
+            @if let Some(minute) = report.budget.minute_allowance {
+                div { dt { "This minute" } dd #minute {
+                    (grouped(state.minutes.state(account_id, minute, now).used)) " of " (grouped(minute))
+                } }
+            }
+            @if let Some(price) = report.budget.unit_price_micros {
+                div { dt { "Unit price" } dd #unit_price { (usd(price)) } }
+                div { dt { "Spent today" } dd #spent_day {
+                    (usd(report.spent_micros.day))
+                    @if let Some(cap) = report.budget.spend_cap_day_micros { " of " (usd(cap)) }
+                } }
+                div { dt { "Spent, month" } dd #spent_month {
+                    (usd(report.spent_micros.month))
+                    @if let Some(cap) = report.budget.spend_cap_month_micros { " of " (usd(cap)) }
+                } }
             }
             @if report.exhausted { div { dt { "State" } dd { span.badge.exhausted { "exhausted" } } } }
         }

@@ -156,6 +156,10 @@ fn subscription_request(fields: &SubscriptionFields) -> Result<SubscriptionReque
         // The catalogue plan's, else none.
         rate_limit: None,
         features: None,
+        minute_allowance: None,
+        unit_price_micros: None,
+        spend_cap_day_micros: None,
+        spend_cap_month_micros: None,
     })
 }
 

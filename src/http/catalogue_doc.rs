@@ -100,6 +100,7 @@ mod tests {
             checkout_url: None,
             features: vec![],
             rate_limit: None,
+            ..PlanConfig::default()
         }
     }
 

@@ -366,6 +366,7 @@ mod tests {
             checkout_url: None,
             features: vec![],
             rate_limit: None,
+            ..Default::default()
         }];
         let doc = super::document(&config);
         let schemas = &doc["components"]["schemas"];

@@ -19,7 +19,7 @@ use crate::usage::series;
 use crate::web::analytics::{MonthAnalytics, analytics_sections};
 use crate::web::audit::{SHOWN, audit_table};
 use crate::web::chart::{daily_units, days_in};
-use crate::web::page::grouped;
+use crate::web::page::{grouped, usd};
 use crate::web::params::{MonthQuery, usage_response};
 
 /// Keys named in the calls-by-key table at most (the oldest; the account's live keys are
@@ -80,6 +80,33 @@ pub async fn page(
                 div data-figure="daily_allowance" { dt { "Daily allowance" } dd { (grouped(daily.allowance)) } }
                 div data-figure="daily_used" { dt { "Used today" } dd { (grouped(daily.used)) } }
                 div data-figure="daily_remaining" { dt { "Left today" } dd { (grouped(daily.remaining)) } }
+            }
+        }
+        @if let Some(minute) = report.budget.minute_allowance {
+            @let now_minute = state.minutes.state(customer.account_id, minute, now);
+            h2 { "This minute" }
+            dl.figures {
+                div data-figure="minute_allowance" { dt { "Units per minute" } dd { (grouped(minute)) } }
+                div data-figure="minute_used" { dt { "Used this minute" } dd { (grouped(now_minute.used)) } }
+                div data-figure="minute_resets" { dt { "Resets in" } dd { (now_minute.reset_in) " s" } }
+            }
+            p.hint { "Units per fixed minute of the clock (UTC). Used: as the gateway answering this page counts them." }
+        }
+        @if let Some(price) = report.budget.unit_price_micros {
+            h2 { "Spend" }
+            dl.figures {
+                div data-figure="unit_price" { dt { "Price per unit" } dd { (usd(price)) } }
+                div data-figure="spent_day" { dt { "Spent today" } dd {
+                    (usd(report.spent_micros.day))
+                    @if let Some(cap) = report.budget.spend_cap_day_micros { " of " (usd(cap)) }
+                } }
+                div data-figure="spent_month" { dt { "Spent this month" } dd {
+                    (usd(report.spent_micros.month))
+                    @if let Some(cap) = report.budget.spend_cap_month_micros { " of " (usd(cap)) }
+                } }
+            }
+            @if report.budget.has_caps() {
+                p.hint { "Calls are refused once a cap is reached, until its day or month ends." }
             }
         }
         h2 { "Units per day" }

@@ -7,10 +7,12 @@
 mod connect;
 pub mod entitlements;
 pub mod headers;
+mod metered;
 pub mod path;
 mod pool;
 pub mod pricing;
 pub mod quota_headers;
+pub mod sse;
 pub mod state;
 pub mod upstream;
 
@@ -21,7 +23,8 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{Method, Response, Version};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, TE};
+use axum::http::{HeaderMap, HeaderValue, Method, Response, Version};
 use axum::response::IntoResponse;
 use chrono::Utc;
 use metrics::Histogram;
@@ -29,15 +32,18 @@ use metrics::Histogram;
 use crate::auth::api_key::authenticate_key;
 use crate::auth::refusal::{Refusal, refused};
 use crate::error::ApiError;
+use crate::month::seconds_until;
 use crate::request_id::RequestId;
 use crate::server::body::RequestBodyError;
 use crate::telemetry::traces::{ClientSpan, ServerSpan, TRACEPARENT};
 use crate::telemetry::{RateLimitedLog, Registered};
+use crate::throttle::minute::MinuteState;
 use crate::throttle::rate::Burst;
 use crate::usage::Standing;
 use crate::usage::accounting::UsageEvent;
 use crate::usage::key_limits::KeyVerdict;
-use crate::usage::standing::Verdict;
+use crate::usage::standing::{Verdict, Wall, known_wall};
+use metered::{MeteredBody, Metering};
 pub use state::{ProxyParts, ProxyState};
 
 /// Longest route kept in a ledger row.
@@ -74,9 +80,12 @@ pub async fn handle(
     if quota.standing.is_some() || quota.burst.is_some() {
         quota_headers::apply(
             response.headers_mut(),
-            quota.standing.as_ref(),
-            key_limit,
-            quota.burst,
+            &quota_headers::Items {
+                standing: quota.standing.as_ref(),
+                key_limit,
+                burst: quota.burst,
+                minute: quota.minute,
+            },
             Utc::now(),
         );
     }
@@ -88,6 +97,8 @@ pub async fn handle(
 struct Quota {
     standing: Option<Standing>,
     burst: Option<Burst>,
+    /// The account's minute window, when its plan has one (SPEC §20).
+    minute: Option<MinuteState>,
 }
 
 /// The connection's peer, and whether it is one of `server.trusted_proxies`.
@@ -196,13 +207,27 @@ async fn forward(
             return Err(ApiError::KeyQuotaExceeded { retry_after, limit });
         }
     };
+    // The minute window refuses whatever the plan's enforcement, once used up (§20).
+    let budget = terms.as_ref().map(|t| t.budget).unwrap_or_default();
+    if let Some(allowance) = budget.minute_allowance {
+        let minute = state.minutes.state(principal.account_id, allowance, now);
+        quota.minute = Some(minute);
+        if minute.used_up() {
+            quota.standing = state.quota.standing(principal.account_id, now).await?;
+            return Err(minute_refusal(quota.standing.as_ref(), minute, now));
+        }
+    }
     let reserved_by = match state.quota.check(principal.account_id, cost, now).await? {
         Verdict::Refuse {
             standing,
             retry_after,
+            wall,
         } => {
             quota.standing = Some(standing);
-            return Err(ApiError::QuotaExceeded { retry_after });
+            return Err(match wall {
+                Wall::Quota => ApiError::QuotaExceeded { retry_after },
+                Wall::SpendCap => ApiError::SpendCapReached { retry_after },
+            });
         }
         Verdict::Forward {
             standing,
@@ -220,6 +245,14 @@ async fn forward(
             .admitted()
     {
         return Err(ApiError::Throttled);
+    }
+
+    if let Some(allowance) = budget.minute_allowance {
+        quota.minute = Some(
+            state
+                .minutes
+                .spend(principal.account_id, allowance, cost, now),
+        );
     }
 
     // Accounting behind: let it catch up a little before forwarding (bounded).
@@ -246,6 +279,10 @@ async fn forward(
     );
     if let Some(host) = upstream.host() {
         headers.insert(axum::http::header::HOST, host.clone());
+    }
+    // A cost reported in a trailer reaches us only if we say we take trailers (§20).
+    if state.pricing.reads_costs() {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
     }
     // A sampled call's upstream request names its own client span, never the client's.
     let client_span = trace.map(|t| t.client(&method, upstream_request.uri()));
@@ -289,11 +326,18 @@ async fn forward(
     };
 
     let (mut response, body) = upstream_response.into_parts();
-    if let Some(reported) = state.pricing.take_reported_cost(&mut response.headers) {
+    let head_cost = state.pricing.take_reported_cost(&mut response.headers);
+    if let Some(reported) = head_cost {
         cost = reported;
     }
+    // Streamed usage, or a cost in the trailer: the event waits for the body's end.
+    let stream_usage = state.pricing.stream_usage() && is_event_stream(&response.headers);
+    let trailer_cost = head_cost.is_none()
+        && state.pricing.reads_costs()
+        && !response.headers.contains_key(CONTENT_LENGTH);
+    let mut metering = None;
     if state.usage.enabled() {
-        state.usage.publish(UsageEvent {
+        let mut event = UsageEvent {
             transaction_id: request_id.0,
             account_id: principal.account_id,
             key_id: principal.key_id,
@@ -303,15 +347,71 @@ async fn forward(
             upstream_status: response.status.as_u16(),
             cost,
             reserved_by,
-            key_reserved_by: key_hold.settle(cost),
+            key_reserved_by: None,
             latency_us: Some(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX)),
-        });
+        };
+        if stream_usage || trailer_cost {
+            metering = Some(Metering {
+                state: state.clone(),
+                account_id: principal.account_id,
+                budget,
+                reserves: reserved_by.is_some(),
+                stream_usage,
+                spent: cost,
+                event,
+                key_hold,
+            });
+        } else {
+            event.key_reserved_by = key_hold.settle(cost);
+            state.usage.publish(event);
+        }
     }
 
     headers::strip_hop_by_hop(&mut response.headers);
     response.version = Version::HTTP_11;
     response.extensions = Default::default();
-    Ok(Response::from_parts(response, Body::new(body)))
+    let body = match metering {
+        Some(metering) => {
+            if stream_usage {
+                // Its length changes if it is cut off.
+                response.headers.remove(CONTENT_LENGTH);
+            }
+            Body::new(MeteredBody::new(body, metering))
+        }
+        None => Body::new(body),
+    };
+    Ok(Response::from_parts(response, body))
+}
+
+/// Whether a response is an event stream (`text/event-stream`, any parameters).
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// The refusal of a call whose minute window is used up: `429 QUOTA_EXCEEDED`, retry
+/// after the latest wall among the windows already used up (the minute's end, or a
+/// later one the account's month, day or spend caps already reached), with that wall's
+/// code (SPEC §20).
+fn minute_refusal(
+    standing: Option<&Standing>,
+    minute: MinuteState,
+    now: chrono::DateTime<Utc>,
+) -> ApiError {
+    let later = standing
+        .and_then(|s| known_wall(s, now))
+        .map(|(ends, wall)| (seconds_until(ends, now), wall))
+        .filter(|(seconds, _)| *seconds > minute.reset_in);
+    match later {
+        Some((retry_after, Wall::SpendCap)) => ApiError::SpendCapReached { retry_after },
+        Some((retry_after, Wall::Quota)) => ApiError::QuotaExceeded { retry_after },
+        None => ApiError::QuotaExceeded {
+            retry_after: minute.reset_in,
+        },
+    }
 }
 
 /// Ends the upstream request's client span with what came of it.

@@ -15,6 +15,8 @@ pub struct Pricing {
     /// Longest prefix first.
     routes: Vec<(String, i64)>,
     cost_header: Option<HeaderName>,
+    /// Read `event: usage` from event streams (SPEC §20).
+    stream_usage: bool,
     bad_header_log: RateLimitedLog,
 }
 
@@ -33,6 +35,7 @@ impl Pricing {
         Ok(Self {
             routes,
             cost_header,
+            stream_usage: config.stream_usage,
             bad_header_log: RateLimitedLog::default(),
         })
     }
@@ -43,6 +46,16 @@ impl Pricing {
             .iter()
             .find(|(prefix, _)| path.starts_with(prefix.as_str()))
             .map_or(1, |(_, cost)| *cost)
+    }
+
+    /// Whether streamed responses report their usage as they go (`pricing.stream_usage`).
+    pub fn stream_usage(&self) -> bool {
+        self.stream_usage
+    }
+
+    /// Whether the upstream may report costs (`pricing.cost_header` is set).
+    pub fn reads_costs(&self) -> bool {
+        self.cost_header.is_some()
     }
 
     /// Takes the cost header off an upstream response; its value when it is an
@@ -86,6 +99,7 @@ mod tests {
                 })
                 .collect(),
             cost_header: header.map(Into::into),
+            stream_usage: false,
         })
         .unwrap()
     }

@@ -21,47 +21,81 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use crate::month::{Day, Month, seconds_until};
+use crate::throttle::minute::MinuteState;
 use crate::throttle::rate::Burst;
 use crate::usage::Standing;
 
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
+/// What the headers of one call say: the account's windows, a used-up key's month, the
+/// rate limit's bucket and the minute window (each when known).
+#[derive(Default)]
+pub struct Items<'a> {
+    pub standing: Option<&'a Standing>,
+    pub key_limit: Option<i64>,
+    pub burst: Option<Burst>,
+    pub minute: Option<MinuteState>,
+}
+
 /// The two header values for `standing` at `now`.
 pub fn values(standing: &Standing, now: DateTime<Utc>) -> (String, String) {
-    let (policy, current) = write(Some(standing), None, None, now);
+    let (policy, current) = write(
+        &Items {
+            standing: Some(standing),
+            ..Items::default()
+        },
+        now,
+    );
     (
         String::from_utf8(policy).expect("ASCII"),
         String::from_utf8(current).expect("ASCII"),
     )
 }
 
-/// Both values as bytes, numbers written with `itoa` (no formatting machinery); with
-/// `key_limit`, the `"key"` item of a key whose month is used up.
-fn write(
-    standing: Option<&Standing>,
-    key_limit: Option<i64>,
-    burst: Option<Burst>,
-    now: DateTime<Utc>,
-) -> (Vec<u8>, Vec<u8>) {
+/// Both values as bytes, numbers written with `itoa` (no formatting machinery).
+fn write(items: &Items<'_>, now: DateTime<Utc>) -> (Vec<u8>, Vec<u8>) {
     let mut numbers = itoa::Buffer::new();
     let mut policy = Vec::with_capacity(64);
     let mut current = Vec::with_capacity(64);
-    if let Some(standing) = standing {
-        write_windows(&mut policy, &mut current, standing, key_limit, now);
+    if let Some(standing) = items.standing {
+        write_windows(&mut policy, &mut current, standing, items.key_limit, now);
     }
-    if let Some(burst) = burst {
+    let mut item = |name: &[u8], q: i64, w: i64, r: i64, t: i64| {
         if !policy.is_empty() {
             policy.extend_from_slice(b", ");
             current.extend_from_slice(b", ");
         }
-        policy.extend_from_slice(b"\"burst\";q=");
-        policy.extend_from_slice(numbers.format(burst.burst).as_bytes());
-        policy.extend_from_slice(b";w=1");
-        current.extend_from_slice(b"\"burst\";r=");
-        current.extend_from_slice(numbers.format(burst.remaining).as_bytes());
-        current.extend_from_slice(b";t=");
-        current.extend_from_slice(numbers.format(burst.full_in).as_bytes());
+        for (out, [first, second], (a, b)) in [
+            (&mut policy, [b";q=", b";w="], (q, w)),
+            (&mut current, [b";r=", b";t="], (r, t)),
+        ] {
+            out.push(b'"');
+            out.extend_from_slice(name);
+            out.push(b'"');
+            out.extend_from_slice(first);
+            out.extend_from_slice(numbers.format(a).as_bytes());
+            out.extend_from_slice(second);
+            out.extend_from_slice(numbers.format(b).as_bytes());
+        }
+    };
+    if let Some(minute) = items.minute {
+        item(
+            b"minute",
+            minute.allowance,
+            60,
+            minute.remaining(),
+            minute.reset_in,
+        );
+    }
+    if let Some(burst) = items.burst {
+        item(
+            b"burst",
+            i64::from(burst.burst),
+            1,
+            i64::from(burst.remaining),
+            i64::try_from(burst.full_in).unwrap_or(i64::MAX),
+        );
     }
     (policy, current)
 }
@@ -108,20 +142,13 @@ fn write_windows(
     }
 }
 
-/// Sets both headers on a response; `key_limit` adds the `"key"` item of a key whose
-/// month is used up, `burst` the rate limit's item. Nothing when neither a standing nor
-/// a rate limit is known.
-pub fn apply(
-    headers: &mut HeaderMap,
-    standing: Option<&Standing>,
-    key_limit: Option<i64>,
-    burst: Option<Burst>,
-    now: DateTime<Utc>,
-) {
-    if standing.is_none() && burst.is_none() {
+/// Sets both headers on a response from `items`. Nothing when neither a standing nor a
+/// rate limit is known.
+pub fn apply(headers: &mut HeaderMap, items: &Items<'_>, now: DateTime<Utc>) {
+    if items.standing.is_none() && items.burst.is_none() {
         return;
     }
-    let (policy, current) = write(standing, key_limit, burst, now);
+    let (policy, current) = write(items, now);
     if let (Ok(policy), Ok(current)) = (
         HeaderValue::from_maybe_shared(Bytes::from(policy)),
         HeaderValue::from_maybe_shared(Bytes::from(current)),
@@ -146,6 +173,7 @@ mod tests {
             allowance: 3000,
             used: 10,
             credits: 50,
+            day_used: daily.map_or(0, |d| d.used),
             daily,
         }
     }
@@ -161,7 +189,12 @@ mod tests {
     #[test]
     fn a_key_refused_by_its_own_limit_adds_a_key_item_with_nothing_left() {
         let now: DateTime<Utc> = "2026-11-30T23:59:00Z".parse().unwrap();
-        let (policy, current) = write(Some(&standing(None)), Some(100), None, now);
+        let items = Items {
+            standing: Some(&standing(None)),
+            key_limit: Some(100),
+            ..Items::default()
+        };
+        let (policy, current) = write(&items, now);
         assert_eq!(
             String::from_utf8(policy).unwrap(),
             "\"monthly\";q=3050;w=2592000, \"key\";q=100;w=2592000"
@@ -198,7 +231,12 @@ mod tests {
             remaining: 19,
             full_in: 1,
         };
-        let (policy, current) = write(Some(&standing(None)), None, Some(burst), now);
+        let with_standing = Items {
+            standing: Some(&standing(None)),
+            burst: Some(burst),
+            ..Items::default()
+        };
+        let (policy, current) = write(&with_standing, now);
         assert_eq!(
             String::from_utf8(policy).unwrap(),
             "\"monthly\";q=3050;w=2592000, \"burst\";q=20;w=1"
@@ -207,8 +245,35 @@ mod tests {
             String::from_utf8(current).unwrap(),
             "\"monthly\";r=3040;t=60, \"burst\";r=19;t=1"
         );
-        let (policy, current) = write(None, None, Some(burst), now);
+        let alone = Items {
+            burst: Some(burst),
+            ..Items::default()
+        };
+        let (policy, current) = write(&alone, now);
         assert_eq!(String::from_utf8(policy).unwrap(), "\"burst\";q=20;w=1");
         assert_eq!(String::from_utf8(current).unwrap(), "\"burst\";r=19;t=1");
+    }
+
+    #[test]
+    fn a_minute_window_adds_a_minute_item_before_the_burst() {
+        let now: DateTime<Utc> = "2026-11-30T23:59:00Z".parse().unwrap();
+        let items = Items {
+            standing: Some(&standing(None)),
+            minute: Some(MinuteState {
+                allowance: 10,
+                used: 10,
+                reset_in: 60,
+            }),
+            ..Items::default()
+        };
+        let (policy, current) = write(&items, now);
+        assert_eq!(
+            String::from_utf8(policy).unwrap(),
+            "\"monthly\";q=3050;w=2592000, \"minute\";q=10;w=60"
+        );
+        assert_eq!(
+            String::from_utf8(current).unwrap(),
+            "\"monthly\";r=3040;t=60, \"minute\";r=0;t=60"
+        );
     }
 }

@@ -11,6 +11,7 @@ use super::upstream::Upstream;
 use crate::auth::key_cache::KeyCache;
 use crate::config::Config;
 use crate::throttle::Throttler;
+use crate::throttle::minute::MinuteWindows;
 use crate::throttle::rate::RateLimits;
 use crate::usage::accounting::UsagePublisher;
 use crate::usage::key_limits::KeyLimits;
@@ -40,6 +41,8 @@ pub struct ProxyParts {
     pub entitlements: Arc<Entitlements>,
     /// This replica's rate-limit buckets.
     pub rates: RateLimits,
+    /// This replica's minute windows (SPEC §20).
+    pub minutes: MinuteWindows,
 }
 
 impl ProxyState {

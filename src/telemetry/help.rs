@@ -57,6 +57,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Account standings read from PostgreSQL into this replica's quota view, by source (start, call).",
     ),
     (
+        "tollgate_stream_cutoffs_total",
+        "Streamed responses stopped mid-stream because their usage passed a window or a spend cap, by code.",
+    ),
+    (
         "tollgate_quota_reservations_total",
         "Blocks of a hard plan's units this replica reserved in PostgreSQL.",
     ),

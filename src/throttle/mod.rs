@@ -12,6 +12,7 @@ pub mod admission;
 mod core;
 pub mod fleet;
 mod listing;
+pub mod minute;
 pub mod presence;
 pub mod rate;
 pub mod reconcile;

@@ -35,7 +35,7 @@ impl News {
     }
 
     fn render(standing: &Standing) -> String {
-        let today = standing.daily.map_or(0, |d| d.used);
+        let today = standing.day_used;
         format!(
             "{}:{}:{}:{today}",
             standing.account_id, standing.used, standing.credits
@@ -119,6 +119,7 @@ mod tests {
             used: 0,
             credits: 0,
             daily: None,
+            day_used: 0,
         };
         assert_eq!(News::render(&standing), "42:0:0:0");
     }

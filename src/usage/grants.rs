@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::rules::{Enforcement, FREE_PLAN, Subscription};
+use super::rules::{Budget, Enforcement, FREE_PLAN, Subscription};
 use crate::month::Month;
 
 /// One snapshot to ensure.
@@ -48,7 +48,8 @@ pub async fn create_free_subscription(
         "INSERT INTO subscription (account_id, plan, starts_at, monthly_allowance)
          VALUES ($1, $2, $3, $4)
          RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement,
-                   features, rate_per_second, rate_burst",
+                   features, rate_per_second, rate_burst, minute_allowance, unit_price_micros,
+                   spend_cap_day_micros, spend_cap_month_micros",
     )
     .bind(account_id)
     .bind(FREE_PLAN)
@@ -98,6 +99,10 @@ type SubscriptionRow = (
     Vec<String>,
     Option<i32>,
     Option<i32>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
 );
 
 /// Every subscription of `account_ids`, grouped by account.
@@ -107,7 +112,8 @@ pub async fn load_subscriptions(
 ) -> Result<HashMap<i64, Vec<Subscription>>, sqlx::Error> {
     let rows: Vec<SubscriptionRow> = sqlx::query_as(
         "SELECT id, account_id, plan, monthly_allowance, starts_at, expires_at, daily_allowance, enforcement,
-                features, rate_per_second, rate_burst
+                features, rate_per_second, rate_burst, minute_allowance, unit_price_micros,
+                spend_cap_day_micros, spend_cap_month_micros
          FROM subscription WHERE account_id = ANY($1)",
     )
     .bind(account_ids)
@@ -126,6 +132,10 @@ pub async fn load_subscriptions(
         features,
         rate_per_second,
         rate_burst,
+        minute_allowance,
+        unit_price_micros,
+        spend_cap_day_micros,
+        spend_cap_month_micros,
     ) in rows
     {
         let sub = Subscription {
@@ -145,6 +155,12 @@ pub async fn load_subscriptions(
             features,
             rate_per_second,
             rate_burst,
+            budget: Budget {
+                minute_allowance,
+                unit_price_micros,
+                spend_cap_day_micros,
+                spend_cap_month_micros,
+            },
         };
         by_account.entry(account_id).or_default().push(sub);
     }

@@ -13,8 +13,8 @@ use utoipa::ToSchema;
 
 use super::grants::{allowance_of, load_snapshots, load_subscriptions};
 use super::rules::{
-    Enforcement, FREE_PLAN, PlanTerms, Standing, Subscription, active_subscription, next_change,
-    standing_of,
+    Budget, Enforcement, FREE_PLAN, PlanTerms, Standing, Subscription, active_subscription,
+    next_change, standing_of,
 };
 use super::spending::{Credit, credits_at};
 use crate::month::{Day, Month};
@@ -46,6 +46,22 @@ pub struct UsageReport {
     pub enforcement: Enforcement,
     /// The day's window, or `null` when the plan has no daily allowance.
     pub daily: Option<DailyReport>,
+    /// What the units of this UTC day and month cost at the plan's `unit_price_micros`
+    /// (SPEC §20); 0 when the plan has no price.
+    pub spent_micros: SpentReport,
+    /// The active subscription's minute window, price and caps, for the pages that show
+    /// them beside the figures; not part of the usage object.
+    #[serde(skip)]
+    pub budget: Budget,
+}
+
+/// Money spent, in micro-USD.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct SpentReport {
+    #[schema(minimum = 0)]
+    pub day: i64,
+    #[schema(minimum = 0)]
+    pub month: i64,
 }
 
 /// The daily window of a usage object.
@@ -169,6 +185,7 @@ pub async fn standings(
                     used,
                     credits,
                     daily: None,
+                    day_used: 0,
                 },
             }
         })
@@ -210,9 +227,20 @@ pub async fn usage_report(
             used: 0,
             credits: 0,
             daily: None,
+            day_used: 0,
         });
     let day = Day::containing(month.judged_at(now));
+    let budget = standing
+        .terms
+        .as_ref()
+        .map(|t| t.budget)
+        .unwrap_or_default();
     Ok(Some(UsageReport {
+        budget,
+        spent_micros: SpentReport {
+            day: budget.spent(standing.day_used),
+            month: budget.spent(standing.used),
+        },
         account_id,
         month_start: month.start(),
         month_end: month.end(),

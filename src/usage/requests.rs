@@ -10,14 +10,14 @@ use utoipa::ToSchema;
 use crate::config::{PlanConfig, plan_name_problem};
 use crate::error::ApiError;
 use crate::month::storable;
-use crate::plan::{PlanTerms, RateLimitInput, checked_features};
+use crate::plan::{Budget, PlanTerms, RateLimitInput, checked_features};
 use crate::usage::rules::Enforcement;
 use crate::usage::subscriptions::NewSubscription;
 
 /// Unknown fields are refused: a misspelt `expires_at` must not silently become an
 /// open-ended subscription. A `plan` naming a catalogue plan may leave out its figures
 /// (each one left out is the catalogue's); a free-text plan needs `monthly_allowance`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubscriptionRequest {
     /// A catalogue plan, or free text of 1 to 64 characters once surrounding whitespace
@@ -60,6 +60,33 @@ pub struct SubscriptionRequest {
     #[serde(default)]
     #[schema(value_type = Option<Vec<FeatureName>>, max_items = 100, example = json!(["synastry"]))]
     pub features: Option<Vec<String>>,
+    /// Units per fixed minute, aligned to the epoch minute (SPEC §20); `null` for none.
+    /// Left out: the catalogue plan's, else none.
+    #[serde(default, deserialize_with = "present_whole")]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_000_i64)]
+    pub minute_allowance: Option<Option<i64>>,
+    /// Micro-USD per unit; `null` for none. Left out: the catalogue plan's, else none.
+    #[serde(default, deserialize_with = "present_whole")]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_000_i64)]
+    pub unit_price_micros: Option<Option<i64>>,
+    /// The most a UTC day may cost, in micro-USD (needs a price); `null` for none. Left
+    /// out: the catalogue plan's, else none.
+    #[serde(default, deserialize_with = "present_whole")]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_000_i64)]
+    pub spend_cap_day_micros: Option<Option<i64>>,
+    /// The most a UTC month may cost, in micro-USD (needs a price); `null` for none.
+    /// Left out: the catalogue plan's, else none.
+    #[serde(default, deserialize_with = "present_whole")]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000_000_000_i64)]
+    pub spend_cap_month_micros: Option<Option<i64>>,
+}
+
+/// A whole number that is present, even as `null`, is `Some`; a missing one stays `None`.
+fn present_whole<'de, D>(deserializer: D) -> Result<Option<Option<i64>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    crate::json_number::whole_or_null(deserializer).map(Some)
 }
 
 /// A feature a plan includes (SPEC §17): 1 to 64 of `a-z`, `0-9`, `_` and `-`.
@@ -139,10 +166,23 @@ pub fn validate(
         Some(given) => checked_features(given, "features").map_err(ApiError::Validation)?,
         None => listed.map(|p| p.features.clone()).unwrap_or_default(),
     };
+    let catalogue = listed.map(PlanConfig::budget).unwrap_or_default();
+    let budget = Budget {
+        minute_allowance: req.minute_allowance.unwrap_or(catalogue.minute_allowance),
+        unit_price_micros: req.unit_price_micros.unwrap_or(catalogue.unit_price_micros),
+        spend_cap_day_micros: req
+            .spend_cap_day_micros
+            .unwrap_or(catalogue.spend_cap_day_micros),
+        spend_cap_month_micros: req
+            .spend_cap_month_micros
+            .unwrap_or(catalogue.spend_cap_month_micros),
+    };
+    budget.check().map_err(ApiError::Validation)?;
     Ok(NewSubscription {
         terms: PlanTerms {
             features,
             rate_limit,
+            budget,
         },
         plan,
         monthly_allowance,
@@ -200,6 +240,7 @@ mod tests {
             enforcement: None,
             rate_limit: None,
             features: None,
+            ..SubscriptionRequest::default()
         }
     }
 
@@ -217,6 +258,7 @@ mod tests {
             checkout_url: None,
             features: vec![],
             rate_limit: None,
+            ..PlanConfig::default()
         }]
     }
 
@@ -333,6 +375,7 @@ mod prop_tests {
                 enforcement: None,
                 rate_limit: None,
                 features: None,
+                ..SubscriptionRequest::default()
             };
             prop_assert_eq!(
                 pattern.is_match(&plan).unwrap(),

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 
 use crate::month::Month;
 
-pub use crate::plan::{Enforcement, FREE_PLAN, PlanTerms, RateLimit};
+pub use crate::plan::{Budget, Enforcement, FREE_PLAN, PlanTerms, RateLimit};
 
 /// One row of `subscription`.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -31,6 +31,9 @@ pub struct Subscription {
     /// Its rate limit (SPEC §16), stored as two columns; both null = none.
     pub rate_per_second: Option<i32>,
     pub rate_burst: Option<i32>,
+    /// Its minute window, price and spend caps (SPEC §20).
+    #[sqlx(flatten)]
+    pub budget: Budget,
 }
 
 impl Subscription {
@@ -39,6 +42,7 @@ impl Subscription {
         PlanTerms {
             features: self.features.clone(),
             rate_limit: RateLimit::from_columns(self.rate_per_second, self.rate_burst),
+            budget: self.budget,
         }
     }
 
@@ -96,6 +100,8 @@ pub struct Standing {
     /// Top-up units left (valid at the instant judged).
     pub credits: i64,
     pub daily: Option<DailyStanding>,
+    /// Units used this UTC day, whether or not the plan caps days (its spend does).
+    pub day_used: i64,
     /// The active subscription's features and rate limit; `None` for the free grant,
     /// whose terms are the configuration's (`usage.free_features`, `free_rate_limit`).
     pub terms: Option<Arc<PlanTerms>>,
@@ -156,6 +162,12 @@ impl Standing {
         self
     }
 
+    /// The active subscription's minute window, price and spend caps (none for the free
+    /// grant).
+    pub fn budget(&self) -> Budget {
+        self.terms.as_ref().map(|t| t.budget).unwrap_or_default()
+    }
+
     /// What the account may still use now: the smaller of the month and the day.
     pub fn available(&self) -> i64 {
         self.daily_remaining()
@@ -193,6 +205,7 @@ pub fn standing_of(
             allowance,
             used: used_today,
         }),
+        day_used: used_today,
         terms: (!sub.is_free()).then(|| Arc::new(sub.terms())),
         next_change: None,
     }
@@ -260,6 +273,7 @@ mod tests {
             features: Vec::new(),
             rate_per_second: None,
             rate_burst: None,
+            budget: Budget::default(),
         }
     }
 
@@ -282,6 +296,7 @@ mod tests {
                 allowance: 3,
                 used: 2,
             }),
+            day_used: 2,
         };
         let month = standing.clone().refused(false);
         assert_eq!(month.remaining(), 0);
@@ -438,6 +453,7 @@ mod tests {
             used,
             credits: 0,
             daily: None,
+            day_used: 0,
         }
     }
 
@@ -470,6 +486,7 @@ mod tests {
                 allowance: 100,
                 used: 100,
             }),
+            day_used: 100,
             ..standing(3000, 100)
         };
         assert!(day_done.daily_exhausted() && !day_done.exhausted());
@@ -481,6 +498,7 @@ mod tests {
                 allowance: 100,
                 used: 99,
             }),
+            day_used: 99,
             ..day_done.clone()
         };
         assert_eq!(one_left.available(), 1);

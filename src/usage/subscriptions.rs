@@ -77,6 +77,14 @@ pub struct SubscriptionCreated {
     pub features: Vec<String>,
     /// Calls per second and burst (SPEC §16); null = none.
     pub rate_limit: Option<RateLimit>,
+    /// Units per fixed minute (SPEC §20); null = none.
+    pub minute_allowance: Option<i64>,
+    /// Micro-USD per unit; null = no price.
+    pub unit_price_micros: Option<i64>,
+    /// The most a UTC day may cost, in micro-USD; null = no cap.
+    pub spend_cap_day_micros: Option<i64>,
+    /// The most a UTC month may cost, in micro-USD; null = no cap.
+    pub spend_cap_month_micros: Option<i64>,
 }
 
 impl From<Subscription> for SubscriptionCreated {
@@ -85,6 +93,10 @@ impl From<Subscription> for SubscriptionCreated {
         Self {
             features: terms.features,
             rate_limit: terms.rate_limit,
+            minute_allowance: terms.budget.minute_allowance,
+            unit_price_micros: terms.budget.unit_price_micros,
+            spend_cap_day_micros: terms.budget.spend_cap_day_micros,
+            spend_cap_month_micros: terms.budget.spend_cap_month_micros,
             subscription_id: sub.id,
             account_id: sub.account_id,
             plan: sub.plan,
@@ -108,6 +120,10 @@ pub fn detail(sub: &Subscription) -> Value {
         "expires_at": sub.expires_at,
         "features": sub.features,
         "rate_limit": RateLimit::from_columns(sub.rate_per_second, sub.rate_burst),
+        "minute_allowance": sub.budget.minute_allowance,
+        "unit_price_micros": sub.budget.unit_price_micros,
+        "spend_cap_day_micros": sub.budget.spend_cap_day_micros,
+        "spend_cap_month_micros": sub.budget.spend_cap_month_micros,
     })
 }
 
@@ -180,10 +196,13 @@ impl Allocation {
         let subscription: Subscription = sqlx::query_as(
             "INSERT INTO subscription
                  (account_id, plan, starts_at, expires_at, monthly_allowance, daily_allowance,
-                  enforcement, features, rate_per_second, rate_burst)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                  enforcement, features, rate_per_second, rate_burst, minute_allowance,
+                  unit_price_micros, spend_cap_day_micros, spend_cap_month_micros)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
              RETURNING id, account_id, plan, monthly_allowance, starts_at, expires_at,
-                       daily_allowance, enforcement, features, rate_per_second, rate_burst",
+                       daily_allowance, enforcement, features, rate_per_second, rate_burst,
+                       minute_allowance, unit_price_micros, spend_cap_day_micros,
+                       spend_cap_month_micros",
         )
         .bind(account_id)
         .bind(&new.plan)
@@ -195,6 +214,10 @@ impl Allocation {
         .bind(&new.terms.features)
         .bind(RateLimit::columns(new.terms.rate_limit).0)
         .bind(RateLimit::columns(new.terms.rate_limit).1)
+        .bind(new.terms.budget.minute_allowance)
+        .bind(new.terms.budget.unit_price_micros)
+        .bind(new.terms.budget.spend_cap_day_micros)
+        .bind(new.terms.budget.spend_cap_month_micros)
         .fetch_one(&mut *tx)
         .await?;
         let entry = cause.entry(

@@ -32,6 +32,27 @@ pub fn csrf_field(csrf: &str) -> Markup {
     html! { input type="hidden" name="csrf" value=(csrf); }
 }
 
+/// Micro-USD as dollars: `$0.00025`, `$12.50`, `$3` (at least two decimals once there
+/// are cents or less, no trailing zeros past them).
+pub fn usd(micros: i64) -> String {
+    let sign = if micros < 0 { "-" } else { "" };
+    let micros = micros.unsigned_abs();
+    let (dollars, fraction) = (micros / 1_000_000, micros % 1_000_000);
+    if fraction == 0 {
+        return format!(
+            "{sign}${}",
+            grouped(i64::try_from(dollars).unwrap_or(i64::MAX))
+        );
+    }
+    let digits = format!("{fraction:06}");
+    let kept = digits.trim_end_matches('0');
+    let kept = if kept.len() < 2 { &digits[..2] } else { kept };
+    format!(
+        "{sign}${}.{kept}",
+        grouped(i64::try_from(dollars).unwrap_or(i64::MAX))
+    )
+}
+
 /// `12345678` → `12,345,678`.
 pub fn grouped(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
@@ -255,6 +276,16 @@ pub async fn security_headers(request: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn money_reads_as_dollars_with_cents_at_least() {
+        assert_eq!(usd(0), "$0");
+        assert_eq!(usd(250), "$0.00025");
+        assert_eq!(usd(12_500_000), "$12.50");
+        assert_eq!(usd(3_000_000_000), "$3,000");
+        assert_eq!(usd(1_234_567), "$1.234567");
+        assert_eq!(usd(-10_000), "-$0.01");
+    }
 
     #[test]
     fn waits_read_in_the_largest_whole_unit() {

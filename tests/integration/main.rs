@@ -9,6 +9,7 @@ mod accounts;
 mod analytics;
 mod audit;
 mod billing;
+mod budgets;
 mod common;
 mod config;
 mod console;

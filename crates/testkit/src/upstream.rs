@@ -5,7 +5,12 @@
 //! `status/{code}` answers that status; `slow/{ms}` waits before the head;
 //! `bytes/{n}` streams `n` bytes; `echo` streams the request body back; `count`
 //! reads the body and answers its length; `cost/{n}` reports the call's cost as `n` in
-//! the `x-call-cost` header. Anything else answers a small JSON body.
+//! the `x-call-cost` header; `trailer/{n}` streams a chunked body and reports the cost
+//! `n` in its trailer (when the request says `TE: trailers`, as HTTP wants);
+//! `stream/{u1,u2,…}` answers a `text/event-stream` of a `token` event and a `usage`
+//! event (`{"units": u}`) per figure, `pace_ms` apart (query, default 20), then a `done`
+//! event, and records how far each stream got ([`UpstreamServer::streams`]). Anything
+//! else answers a small JSON body.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,10 +38,38 @@ pub struct Recorded {
     pub body_len: usize,
 }
 
+/// How far one `stream/…` answer got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamOutcome {
+    pub path: String,
+    /// Usage events written to the connection.
+    pub usage_events_sent: usize,
+    /// Whether every event was written; `false` when the client (the gateway) dropped
+    /// the connection first.
+    pub completed: bool,
+}
+
 #[derive(Default)]
 struct Shared {
     recorded: Mutex<Vec<Recorded>>,
+    streams: Mutex<Vec<StreamOutcome>>,
     record: bool,
+}
+
+/// Records a stream's outcome when the stream ends or is dropped.
+struct StreamGuard {
+    shared: Arc<Shared>,
+    outcome: StreamOutcome,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.shared
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.outcome.clone());
+    }
 }
 
 /// A running upstream on 127.0.0.1.
@@ -57,6 +90,7 @@ impl UpstreamServer {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             recorded: Mutex::new(Vec::new()),
+            streams: Mutex::new(Vec::new()),
             record,
         });
         let app = router(shared.clone());
@@ -74,6 +108,17 @@ impl UpstreamServer {
     pub fn recorded(&self) -> Vec<Recorded> {
         self.shared
             .recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl UpstreamServer {
+    /// The `stream/…` answers that have ended (completed or dropped), oldest first.
+    pub fn streams(&self) -> Vec<StreamOutcome> {
+        self.shared
+            .streams
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -156,6 +201,48 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                 .body(Body::from_stream(stream))
                 .expect("valid response")
         }
+        ("stream", Some(figures)) => {
+            record(0);
+            let units: Vec<i64> = figures
+                .split(',')
+                .filter_map(|u| u.trim().parse().ok())
+                .collect();
+            let pace = query
+                .as_deref()
+                .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("pace_ms=")))
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or(20);
+            event_stream(
+                shared.clone(),
+                path.clone(),
+                units,
+                Duration::from_millis(pace),
+            )
+        }
+        ("trailer", Some(n)) => {
+            record(0);
+            let wants_trailers = headers
+                .get("te")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.to_ascii_lowercase().contains("trailers"));
+            let mut trailers = axum::http::HeaderMap::new();
+            if let Ok(value) = axum::http::HeaderValue::from_str(n) {
+                trailers.insert(COST_HEADER, value);
+            }
+            let mut frames = vec![
+                Ok::<_, std::io::Error>(http_body::Frame::data(Bytes::from_static(b"part one, "))),
+                Ok(http_body::Frame::data(Bytes::from_static(b"part two"))),
+            ];
+            if wants_trailers {
+                frames.push(Ok(http_body::Frame::trailers(trailers)));
+            }
+            let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+            Response::builder()
+                .header("content-type", "text/plain")
+                .header("trailer", COST_HEADER)
+                .body(Body::new(body))
+                .expect("valid response")
+        }
         ("echo", _) => {
             record(0);
             Response::new(Body::from_stream(request.into_body().into_data_stream()))
@@ -183,4 +270,44 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             .into_response()
         }
     }
+}
+
+/// A `text/event-stream` of a token and a usage event per figure, `pace` apart, then a
+/// `done` event; its outcome recorded when it ends or is dropped.
+fn event_stream(shared: Arc<Shared>, path: String, units: Vec<i64>, pace: Duration) -> Response {
+    let guard = StreamGuard {
+        shared,
+        outcome: StreamOutcome {
+            path,
+            usage_events_sent: 0,
+            completed: false,
+        },
+    };
+    let stream = futures_util::stream::unfold((guard, 0usize), move |(mut guard, i)| {
+        let units = units.clone();
+        async move {
+            if i > units.len() {
+                return None;
+            }
+            if i == units.len() {
+                guard.outcome.completed = true;
+                let done = Bytes::from_static(b"event: done\ndata: {}\n\n");
+                return Some((Ok::<_, std::io::Error>(done), (guard, i + 1)));
+            }
+            if i > 0 {
+                tokio::time::sleep(pace).await;
+            }
+            let chunk = format!(
+                "event: token\ndata: {{\"text\": \"t{i}\"}}\n\nevent: usage\ndata: {{\"units\": {}}}\n\n",
+                units[i]
+            );
+            guard.outcome.usage_events_sent += 1;
+            Some((Ok(Bytes::from(chunk)), (guard, i + 1)))
+        }
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(Body::from_stream(stream))
+        .expect("valid response")
 }

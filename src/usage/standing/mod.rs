@@ -62,11 +62,96 @@ pub enum Verdict {
         standing: Option<Standing>,
         reserved_by: Option<Uuid>,
     },
-    /// A hard plan with nothing left: refuse, retry after the window's end.
+    /// A window that refuses is used up (a hard plan's month or day, or a spend cap):
+    /// refuse, retry after the latest wall among the windows used up.
     Refuse {
         standing: Standing,
         retry_after: i64,
+        wall: Wall,
     },
+}
+
+/// What kind of window refused a call: its units (`429 QUOTA_EXCEEDED`) or its money
+/// (`429 SPEND_CAP_REACHED`, SPEC §20).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wall {
+    Quota,
+    SpendCap,
+}
+
+/// One window a call is judged in: units left in it (after what other replicas hold)
+/// and where it ends.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    left: i64,
+    ends: DateTime<Utc>,
+    wall: Wall,
+    /// The day's units (a hard plan's daily allowance), for the refusal's headers.
+    daily: bool,
+}
+
+/// The windows that refuse `standing`'s calls, given the units other replicas hold
+/// (`month_out`, `day_out`): a hard plan's month (credits included) and day, and the
+/// spend caps whatever the enforcement.
+fn refusing_windows(
+    standing: &Standing,
+    month_out: i64,
+    day_out: i64,
+    now: DateTime<Utc>,
+) -> Vec<Window> {
+    let (month, day) = (Month::containing(now), Day::containing(now));
+    let mut windows = Vec::new();
+    if standing.enforcement == Enforcement::Hard {
+        windows.push(Window {
+            left: standing.remaining() - month_out,
+            ends: month.end(),
+            wall: Wall::Quota,
+            daily: false,
+        });
+        if let Some(day_left) = standing.daily_remaining() {
+            windows.push(Window {
+                left: day_left - day_out,
+                ends: day.end(),
+                wall: Wall::Quota,
+                daily: true,
+            });
+        }
+    }
+    let budget = standing.budget();
+    if let Some(units) = budget.day_cap_units() {
+        windows.push(Window {
+            left: units - standing.day_used - day_out,
+            ends: day.end(),
+            wall: Wall::SpendCap,
+            daily: false,
+        });
+    }
+    if let Some(units) = budget.month_cap_units() {
+        windows.push(Window {
+            left: units - standing.used - month_out,
+            ends: month.end(),
+            wall: Wall::SpendCap,
+            daily: false,
+        });
+    }
+    windows
+}
+
+/// The latest wall among `windows` that a call of `cost` does not fit in: when it is
+/// reached, what code refuses, and whether it is a daily allowance. Ties go to the units'
+/// window. `None` when the call fits everywhere.
+fn latest_wall(windows: &[Window], cost: i64) -> Option<Window> {
+    windows
+        .iter()
+        .filter(|w| w.left <= 0 || cost > w.left)
+        .max_by_key(|w| (w.ends, w.wall == Wall::Quota, w.daily))
+        .copied()
+}
+
+/// The wall a call would meet now from what this replica knows of the account (no
+/// reservation taken): for the `Retry-After` of a call another window refused first.
+pub fn known_wall(standing: &Standing, now: DateTime<Utc>) -> Option<(DateTime<Utc>, Wall)> {
+    latest_wall(&refusing_windows(standing, 0, 0, now), 1).map(|w| (w.ends, w.wall))
 }
 
 #[derive(Debug)]
@@ -160,7 +245,7 @@ impl QuotaView {
             });
         };
         let standing = inner.standing(account_id, now).await?;
-        if standing.enforcement == Enforcement::Soft {
+        if !reserves(&standing) {
             return Ok(Verdict::Forward {
                 standing: Some(standing),
                 reserved_by: None,
@@ -173,6 +258,36 @@ impl QuotaView {
             });
         }
         inner.reserve(account_id, cost, now).await
+    }
+
+    /// Spends `units` more of a call already let through (a stream's usage, SPEC §20)
+    /// from this replica's reserved block, if it holds enough; no waiting.
+    pub fn try_spend(&self, account_id: i64, units: i64, now: DateTime<Utc>) -> bool {
+        match &self.inner {
+            Some(inner) => inner.spend_block(account_id, units, now),
+            None => true,
+        }
+    }
+
+    /// Spends `units` more of a call already let through, reserving another block when
+    /// this replica's runs out. `Some(wall)` when they do not fit: the account would
+    /// pass a window that refuses, and the stream is to stop.
+    pub async fn spend_more(
+        &self,
+        account_id: i64,
+        units: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Wall>, sqlx::Error> {
+        let Some(inner) = &self.inner else {
+            return Ok(None);
+        };
+        if inner.spend_block(account_id, units, now) {
+            return Ok(None);
+        }
+        Ok(match inner.reserve(account_id, units, now).await? {
+            Verdict::Forward { .. } => None,
+            Verdict::Refuse { wall, .. } => Some(wall),
+        })
     }
 
     /// The account's standing as this replica knows it (quota headers of a call
@@ -367,22 +482,26 @@ impl Inner {
         .bind(month.end())
         .fetch_one(&mut *tx)
         .await?;
-        let month_left = standing.remaining() - month_out;
-        let available = match standing.daily_remaining() {
-            Some(day_left) => month_left.min(day_left - day_out),
-            None => month_left,
-        };
+        let windows = refusing_windows(&standing, month_out, day_out, now);
+        let available = windows.iter().map(|w| w.left).min().unwrap_or(i64::MAX);
         let block = reservation_block(available, cost);
         if block == 0 {
             tx.commit().await?;
             self.put(account_id, &standing, now, 0);
-            let daily = standing
-                .daily_remaining()
-                .is_some_and(|d| d - day_out < cost);
-            let window_end = if daily { day.end() } else { month.end() };
+            let refused = latest_wall(&windows, cost).unwrap_or(Window {
+                left: 0,
+                ends: month.end(),
+                wall: Wall::Quota,
+                daily: false,
+            });
+            let standing = match refused.wall {
+                Wall::Quota => standing.refused(refused.daily),
+                Wall::SpendCap => standing,
+            };
             return Ok(Verdict::Refuse {
-                retry_after: seconds_until(window_end, now),
-                standing: standing.refused(daily),
+                retry_after: seconds_until(refused.ends, now),
+                standing,
+                wall: refused.wall,
             });
         }
         sqlx::query(
@@ -495,6 +614,12 @@ async fn give_back(
     Ok(())
 }
 
+/// Whether an account's calls spend reserved units: a hard plan's, and any plan with a
+/// spend cap (SPEC §6, §20). Soft plans without caps are judged by the admission hash.
+fn reserves(standing: &Standing) -> bool {
+    standing.enforcement == Enforcement::Hard || standing.budget().has_caps()
+}
+
 fn free_standing(account_id: i64, free_monthly_calls: i64) -> Standing {
     Standing {
         terms: None,
@@ -506,6 +631,7 @@ fn free_standing(account_id: i64, free_monthly_calls: i64) -> Standing {
         used: 0,
         credits: 0,
         daily: None,
+        day_used: 0,
     }
 }
 
@@ -586,6 +712,7 @@ fn apply_news(news: News, entry: &mut Entry) {
             if let Some(daily) = entry.standing.daily.as_mut() {
                 daily.used = today;
             }
+            entry.standing.day_used = today;
             // Figures a batch just committed are as fresh as a read: the entry is fed by
             // the batches, wherever they are accounted, not read again on a timer.
             entry.loaded_at = Instant::now();

@@ -18,9 +18,13 @@ async fn the_catalogue_is_listed_to_anyone_without_price_ids() {
         plans,
         json!([
             {"name": "pro", "monthly_allowance": 10_000, "daily_allowance": null,
-             "enforcement": "soft", "features": [], "rate_limit": null},
+             "enforcement": "soft", "features": [], "rate_limit": null,
+             "minute_allowance": null, "unit_price_micros": null,
+             "spend_cap_day_micros": null, "spend_cap_month_micros": null},
             {"name": "team", "monthly_allowance": 50_000, "daily_allowance": 5_000,
-             "enforcement": "hard", "features": [], "rate_limit": null},
+             "enforcement": "hard", "features": [], "rate_limit": null,
+             "minute_allowance": null, "unit_price_micros": null,
+             "spend_cap_day_micros": null, "spend_cap_month_micros": null},
         ])
     );
 }

@@ -39,6 +39,7 @@ pub fn with_catalogue(c: &mut Config) {
             checkout_url: None,
             features: vec![],
             rate_limit: None,
+            ..PlanConfig::default()
         },
         PlanConfig {
             name: "team".into(),
@@ -49,6 +50,7 @@ pub fn with_catalogue(c: &mut Config) {
             checkout_url: None,
             features: vec![],
             rate_limit: None,
+            ..PlanConfig::default()
         },
     ];
     c.billing.stripe_webhook_secret = Some(SecretString::from(SECRET));

@@ -462,6 +462,7 @@ async fn the_subscription_form_offers_the_catalogue_and_states_its_date_format()
             checkout_url: None,
             features: vec![],
             rate_limit: None,
+            ..Default::default()
         }];
     })
     .await;

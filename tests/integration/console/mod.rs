@@ -3,6 +3,7 @@
 //! Chromium driven over WebDriver (`browser`).
 
 pub(crate) mod browser;
+mod budget;
 mod http;
 
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};

@@ -20,6 +20,7 @@ fn with_synastry_plan(c: &mut tollgate::config::Config) {
         checkout_url: None,
         features: vec!["synastry".into(), "bulk-export".into()],
         rate_limit: None,
+        ..PlanConfig::default()
     }];
 }
 

@@ -85,6 +85,7 @@ async fn a_plans_rate_limit_holds_for_every_key_of_the_account_and_the_tighter_w
                 per_second: 1,
                 burst: Some(6),
             }),
+            ..PlanConfig::default()
         }];
     })
     .await;

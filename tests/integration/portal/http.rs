@@ -479,6 +479,7 @@ pub(super) fn with_plans(c: &mut Config) {
             checkout_url: Some("https://buy.stripe.com/test_pro?prefilled_email=x".into()),
             features: vec!["synastry".into(), "transits".into()],
             rate_limit: None,
+            ..PlanConfig::default()
         },
         PlanConfig {
             name: "team".into(),
@@ -492,6 +493,7 @@ pub(super) fn with_plans(c: &mut Config) {
                 per_second: 10,
                 burst: Some(20),
             }),
+            ..PlanConfig::default()
         },
     ];
     c.account.login_failures_per_hour = 2;

@@ -3,6 +3,7 @@
 //! API's.
 
 mod browser;
+mod budget;
 mod http;
 mod keys;
 

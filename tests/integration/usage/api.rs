@@ -84,7 +84,10 @@ async fn the_usage_object_describes_a_utc_month_of_history() {
         "month_end",
         "month_start",
     ];
-    assert_eq!(keys, [&fields[..], &["plan", "remaining", "used"]].concat());
+    assert_eq!(
+        keys,
+        [&fields[..], &["plan", "remaining", "spent_micros", "used"]].concat()
+    );
     assert_eq!(sept["month_start"], "2026-09-01T00:00:00Z");
     assert_eq!(sept["month_end"], "2026-10-01T00:00:00Z");
     assert_eq!(usage_json(&sept), "free: 2 of 3000 used, 2998 left");
