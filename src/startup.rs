@@ -29,7 +29,8 @@ use crate::auth::attempts::Attempts;
 use crate::auth::key_cache::KeyCache;
 use crate::auth::password::Passwords;
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
-use crate::config::{Config, MarkerStoreKind, UsageTransport};
+use crate::config::{Catalogue, Config, MarkerStoreKind, UsageTransport};
+use crate::proxy::entitlements::Entitlements;
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::state::{AppState, Shared};
@@ -122,11 +123,17 @@ impl Gateway {
 
         let throttler = start_throttler(&config, &db, store, &stop_background, &mut background);
 
+        // What a reload replaces (SPEC §20), each held once and shared by its readers.
+        let catalogue = Catalogue::from_config(&config);
+        let routes = Arc::new(RouteBook::from_config(&config));
+        let pricing = Arc::new(Pricing::from_config(&config.pricing)?);
+        let entitlements = Arc::new(Entitlements::from_config(&config.entitlements));
+
         let quota = if config.usage_check.enabled {
             QuotaView::new(
                 db.clone(),
                 config.usage.free_monthly_calls,
-                config.usage.free_terms(),
+                catalogue.clone(),
                 throttler.clone(),
             )
         } else {
@@ -141,7 +148,8 @@ impl Gateway {
         background.extend(key_limits.start(stop_background.clone()));
 
         let (publisher, accountant, usage) = if config.usage_check.enabled {
-            let accountant = accountant(&config, &db, &throttler).with_quota(quota.clone());
+            let accountant =
+                accountant(&config, &db, &throttler, routes.clone()).with_quota(quota.clone());
             let pipeline = Pipeline::start(
                 &config,
                 accountant.clone(),
@@ -188,14 +196,13 @@ impl Gateway {
         };
         background.extend(keys.start(db.clone(), stop_background.clone()));
 
-        let pricing = Pricing::from_config(&config.pricing)?;
         let allocation = Allocation {
             db: db.clone(),
             throttler: throttler.clone(),
             quota: quota.clone(),
             free_monthly_calls: config.usage.free_monthly_calls,
             metering: config.usage_check.enabled,
-            plans: config.plans.clone().into(),
+            plans: catalogue.clone(),
         };
         let rates = RateLimits::new();
         background.push(crate::throttle::presence::start(
@@ -208,6 +215,8 @@ impl Gateway {
         background.push(last_used.start(db.clone(), stop_background.clone()));
         let state = AppState::new(
             Shared {
+                catalogue,
+                routes,
                 past_days: Default::default(),
                 rates,
                 last_used,
@@ -224,6 +233,7 @@ impl Gateway {
             },
             upstream,
             pricing,
+            entitlements,
         );
         Ok(Self {
             state,
@@ -311,7 +321,8 @@ impl Worker {
         let stop_usage = CancellationToken::new();
         let mut background = Vec::new();
         let throttler = start_throttler(&config, &db, store, &stop_background, &mut background);
-        let accountant = accountant(&config, &db, &throttler);
+        let routes = Arc::new(RouteBook::from_config(&config));
+        let accountant = accountant(&config, &db, &throttler, routes);
         let usage = Pipeline::start(&config, accountant, Role::Worker, stop_usage.clone()).await?;
         start_accounting_chores(&config, &db, &stop_background, &mut background);
         if config.throttle.enabled {
@@ -403,7 +414,12 @@ fn start_accounting_chores(
     )));
 }
 
-fn accountant(config: &Config, db: &PgPool, throttler: &Throttler) -> Accountant {
+fn accountant(
+    config: &Config,
+    db: &PgPool,
+    throttler: &Throttler,
+    routes: Arc<RouteBook>,
+) -> Accountant {
     let accountant = Accountant::new(
         db.clone(),
         config.usage.free_monthly_calls,
@@ -411,7 +427,7 @@ fn accountant(config: &Config, db: &PgPool, throttler: &Throttler) -> Accountant
         throttler.clone(),
     )
     .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms))
-    .with_routes(RouteBook::from_config(config));
+    .with_routes(routes);
     if config.notify.enabled() {
         accountant.with_thresholds(&config.notify.percentages())
     } else {

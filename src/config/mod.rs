@@ -4,8 +4,10 @@
 //! (when `TOLLGATE_PROFILE` is set) → `--config FILE` → `TOLLGATE__<SECTION>__<KEY>`
 //! environment variables. Every struct refuses unknown keys, and every problem is
 //! reported as one line before anything starts. Secrets are `SecretString`s, so they
-//! never reach logs or `Debug` output.
+//! never reach logs or `Debug` output. [`Catalogue`] holds the plan catalogue as it
+//! stands, which a reload may replace (SPEC §20).
 
+mod catalogue;
 mod de;
 mod load;
 mod notify;
@@ -15,6 +17,7 @@ mod prop_tests;
 mod settings;
 mod validate;
 
+pub use catalogue::{Catalogue, Plans};
 pub use load::{ConfigError, Sources};
 pub use notify::{NotifyConfig, Webhook};
 pub use plans::{BillingConfig, MAX_PLAN_CHARS, PlanConfig, plan_name_problem};

@@ -15,7 +15,7 @@ use crate::admin::{
     codes as admin_codes, exports as admin_exports, topups as admin_topups,
 };
 use crate::billing::webhook as billing;
-use crate::config::Config;
+use crate::config::{Config, PlanConfig};
 
 /// The account API; always served.
 #[derive(OpenApi)]
@@ -92,8 +92,15 @@ fn bearer() -> SecurityScheme {
 }
 
 /// The document of the routes this gateway serves: the admin API only when it is on,
-/// the API-key header this gateway is configured to read, and the catalogue's rules.
+/// the API-key header this gateway is configured to read, and the rules of `config`'s
+/// catalogue.
 pub fn document(config: &Config) -> serde_json::Value {
+    document_with(config, &config.plans)
+}
+
+/// [`document`] with the catalogue `plans` (the one in force, which a reload may have
+/// replaced since `config` was loaded).
+fn document_with(config: &Config, plans: &[PlanConfig]) -> serde_json::Value {
     let mut doc = ApiDoc::openapi();
     if config.admin.token.is_some() {
         doc.merge(AdminDoc::openapi());
@@ -110,7 +117,7 @@ pub fn document(config: &Config) -> serde_json::Value {
         );
     }
     let mut doc = serde_json::to_value(doc).expect("the document serializes");
-    super::catalogue_doc::apply(&mut doc, &config.plans);
+    super::catalogue_doc::apply(&mut doc, plans);
     admin_lockout(&mut doc);
     doc
 }
@@ -150,7 +157,7 @@ fn admin_lockout(doc: &mut serde_json::Value) {
 pub async fn serve(
     axum::extract::State(state): axum::extract::State<crate::state::AppState>,
 ) -> Json<serde_json::Value> {
-    Json(document(&state.config))
+    Json(document_with(&state.config, &state.catalogue.current()))
 }
 
 #[cfg(test)]
