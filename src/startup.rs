@@ -3,7 +3,8 @@
 //! [`Gateway::build`] starts the throttler worker, the usage pipeline (the listener, or
 //! the JetStream publisher and consumer), the threshold webhooks' delivery (where usage
 //! is accounted) and the ledger's monthly partitions there, the key cache's listener and
-//! the reconciliation schedule;
+//! the reconciliation schedule, and builds the [`Reloader`] over the holders a reload
+//! replaces (SPEC §20);
 //! [`Gateway::run`] serves the public and metrics listeners until shutdown, then drains
 //! in order: stop accepting and finish in-flight calls (bounded), drain the usage queue
 //! (bounded), stop the rest. [`Worker`] is the
@@ -33,6 +34,7 @@ use crate::config::{Catalogue, Config, MarkerStoreKind, UsageTransport};
 use crate::proxy::entitlements::Entitlements;
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
+use crate::reload::{Live, Reloader};
 use crate::state::{AppState, Shared};
 use crate::telemetry::traces::Tracing;
 use crate::throttle::fleet::budget::PgCallBudget;
@@ -204,6 +206,17 @@ impl Gateway {
             metering: config.usage_check.enabled,
             plans: catalogue.clone(),
         };
+        let reloader = Arc::new(Reloader::new(
+            config.clone(),
+            Live {
+                catalogue: Some(catalogue.clone()),
+                pricing: Some(pricing.clone()),
+                entitlements: Some(entitlements.clone()),
+                routes: Some(routes.clone()),
+                accountant: accountant.clone(),
+            },
+            Config::validate_for_serve,
+        ));
         let rates = RateLimits::new();
         background.push(crate::throttle::presence::start(
             db.clone(),
@@ -216,6 +229,7 @@ impl Gateway {
         let state = AppState::new(
             Shared {
                 catalogue,
+                reloader,
                 routes,
                 past_days: Default::default(),
                 rates,
@@ -253,6 +267,16 @@ impl Gateway {
     /// The accountant the listener uses (absent in local mode).
     pub fn accountant(&self) -> Option<Accountant> {
         self.accountant.clone()
+    }
+
+    /// Reloads the configuration on every `SIGHUP` from now on (SPEC §20), until
+    /// shutdown. Only `tollgate serve` asks: tests start gateways inside their own process.
+    #[cfg(unix)]
+    pub fn reload_on_hangup(&mut self) -> std::io::Result<()> {
+        let reloader = self.state.reloader.clone();
+        let task = crate::reload::on_hangup(reloader, self.stop_background.clone())?;
+        self.background.push(task);
+        Ok(())
     }
 
     /// Serves until `shutdown` resolves, then drains and stops everything.
@@ -299,6 +323,7 @@ impl Gateway {
 /// and no public listener.
 pub struct Worker {
     db: PgPool,
+    reloader: Arc<Reloader>,
     stop_usage: CancellationToken,
     stop_background: CancellationToken,
     usage: Pipeline,
@@ -322,7 +347,16 @@ impl Worker {
         let mut background = Vec::new();
         let throttler = start_throttler(&config, &db, store, &stop_background, &mut background);
         let routes = Arc::new(RouteBook::from_config(&config));
-        let accountant = accountant(&config, &db, &throttler, routes);
+        let accountant = accountant(&config, &db, &throttler, routes.clone());
+        let reloader = Arc::new(Reloader::new(
+            Arc::new(config.clone()),
+            Live {
+                routes: Some(routes),
+                accountant: Some(accountant.clone()),
+                ..Live::default()
+            },
+            Config::validate_for_worker,
+        ));
         let usage = Pipeline::start(&config, accountant, Role::Worker, stop_usage.clone()).await?;
         start_accounting_chores(&config, &db, &stop_background, &mut background);
         if config.throttle.enabled {
@@ -336,11 +370,21 @@ impl Worker {
         }
         Ok(Self {
             db,
+            reloader,
             stop_usage,
             stop_background,
             usage,
             background,
         })
+    }
+
+    /// Reloads the configuration on every `SIGHUP` from now on, until shutdown: the
+    /// thresholds and route names of what this worker accounts, and the log filter.
+    #[cfg(unix)]
+    pub fn reload_on_hangup(&mut self) -> std::io::Result<()> {
+        let task = crate::reload::on_hangup(self.reloader.clone(), self.stop_background.clone())?;
+        self.background.push(task);
+        Ok(())
     }
 
     /// Serves the metrics listener until `shutdown` resolves, then lets the consumer

@@ -20,6 +20,7 @@ use crate::proxy::entitlements::Entitlements;
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{ProxyParts, ProxyState};
+use crate::reload::Reloader;
 use crate::throttle::Throttler;
 use crate::throttle::rate::RateLimits;
 use crate::usage::accounting::UsagePublisher;
@@ -49,6 +50,8 @@ pub struct Shared {
     pub config: Arc<Config>,
     /// The plan catalogue and the free grant's terms, as the last reload left them.
     pub catalogue: Catalogue,
+    /// Reads the configuration again (`POST /admin/v1/reload`, `SIGHUP`).
+    pub reloader: Arc<Reloader>,
     /// How calls' routes are named (SPEC §18): analytics and span names.
     pub routes: Arc<RouteBook>,
     pub db: PgPool,

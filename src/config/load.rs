@@ -17,8 +17,18 @@ use super::settings::{Config, LOCAL_PROFILE};
 #[error("configuration error: {}", one_line(.0))]
 pub struct ConfigError(pub(super) String);
 
-/// The inputs of [`Config::load`], separate from the process so tests can vary them.
-#[derive(Debug, Clone, Default)]
+impl ConfigError {
+    /// A problem found outside this module (a reload's log filter, say), worded as the
+    /// one line an operator sees.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self(reason.into())
+    }
+}
+
+/// The inputs of [`Config::load`], separate from the process so tests can vary them. A
+/// loaded configuration keeps them ([`Config::sources`]), so a reload reads the same
+/// layers: the same files again, and the environment as the process started with it.
+#[derive(Clone, Default)]
 pub struct Sources {
     /// Folder holding `default.toml` and `<profile>.toml`. It must exist unless it is
     /// the default [`DEFAULT_DIR`] (a deployment configured by environment alone).
@@ -47,6 +57,25 @@ impl Sources {
             file,
             env,
         }
+    }
+}
+
+/// The environment holds secrets (`TOLLGATE__ADMIN__TOKEN`, ...): only the names of
+/// tollgate's variables are shown, never a value.
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self
+            .env
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| strip_prefix_ignore_case(name, ENV_PREFIX).is_some())
+            .collect();
+        f.debug_struct("Sources")
+            .field("dir", &self.dir)
+            .field("profile", &self.profile)
+            .field("file", &self.file)
+            .field("env", &names)
+            .finish()
     }
 }
 
@@ -118,6 +147,18 @@ impl Config {
         }
         let mut config: Config = figment.extract().map_err(describe)?;
         config.profile = sources.profile.clone();
+        // Kept for reloads: the layers, and of the environment only tollgate's variables.
+        config.sources = Some(Sources {
+            dir: sources.dir.clone(),
+            profile: sources.profile.clone(),
+            file: sources.file.clone(),
+            env: sources
+                .env
+                .iter()
+                .filter(|(name, _)| strip_prefix_ignore_case(name, ENV_PREFIX).is_some())
+                .cloned()
+                .collect(),
+        });
         // Surrounding whitespace (a quoted value, a trailing newline from a secret file)
         // could never match a bearer token, which is read trimmed: it is dropped. An
         // empty or all-whitespace token (e.g. `TOLLGATE__ADMIN__TOKEN=`) means no admin

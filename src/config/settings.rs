@@ -53,6 +53,10 @@ pub struct Config {
     /// The value of `TOLLGATE_PROFILE`, if any; not a file key.
     #[serde(skip)]
     pub profile: Option<String>,
+    /// The layers this configuration was read from ([`Config::load`]), which a reload
+    /// reads again; none for one built in code. Not a file key.
+    #[serde(skip)]
+    pub sources: Option<super::load::Sources>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -12,7 +12,7 @@ use crate::account::{
 use crate::admin::handlers as admin;
 use crate::admin::{
     accounts as admin_accounts, analytics as admin_analytics, audit as admin_audit,
-    codes as admin_codes, exports as admin_exports, topups as admin_topups,
+    codes as admin_codes, exports as admin_exports, reload as admin_reload, topups as admin_topups,
 };
 use crate::billing::webhook as billing;
 use crate::config::{Config, PlanConfig};
@@ -47,6 +47,7 @@ pub struct ApiDoc;
         admin::create_subscription,
         admin::account_usage,
         admin::reconcile,
+        admin_reload::reload,
         admin_topups::create_grant,
         admin_accounts::list_accounts,
         admin_accounts::daily_usage,
@@ -191,7 +192,7 @@ mod tests {
     fn every_operation_documents_every_error_it_can_answer() {
         let doc = document();
         let operations = operations(&doc);
-        assert_eq!(operations.len(), 25, "an operation was added or lost");
+        assert_eq!(operations.len(), 26, "an operation was added or lost");
         for (method, path, operation) in operations {
             let responses = operation["responses"].as_object().expect("responses");
             let missing = |statuses: &[&str]| -> Vec<String> {
