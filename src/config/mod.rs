@@ -17,11 +17,12 @@ mod plans;
 #[cfg(test)]
 mod prop_tests;
 mod settings;
+mod sources;
 mod validate;
 
 pub use catalogue::{Catalogue, Plans};
 pub use changes::{RELOADABLE, restart_needed};
-pub use load::{ConfigError, Sources};
+pub use load::ConfigError;
 pub use notify::{NotifyConfig, Webhook};
 pub use plans::{BillingConfig, MAX_PLAN_CHARS, PlanConfig, plan_name_problem};
 pub use settings::{
@@ -30,3 +31,4 @@ pub use settings::{
     MarkerStoreKind, NatsConfig, PricingConfig, RoutePrice, ServerConfig, TelemetryConfig,
     ThrottleConfig, UpstreamConfig, UsageCheckConfig, UsageConfig, UsageTransport,
 };
+pub use sources::Sources;

@@ -56,7 +56,7 @@ pub struct Config {
     /// The layers this configuration was read from ([`Config::load`]), which a reload
     /// reads again; none for one built in code. Not a file key.
     #[serde(skip)]
-    pub sources: Option<super::load::Sources>,
+    pub sources: Option<super::sources::Sources>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
