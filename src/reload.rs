@@ -17,9 +17,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
 use crate::config::{Catalogue, Config, ConfigError, restart_needed};
 use crate::proxy::entitlements::Entitlements;
 use crate::proxy::pricing::Pricing;
@@ -182,8 +179,8 @@ impl Live {
 #[cfg(unix)]
 pub fn on_hangup(
     reloader: Arc<Reloader>,
-    stop: CancellationToken,
-) -> std::io::Result<JoinHandle<()>> {
+    stop: tokio_util::sync::CancellationToken,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangups = signal(SignalKind::hangup())?;
     Ok(tokio::spawn(async move {
