@@ -15,7 +15,9 @@
 //! records threshold events in [`notify`]'s outbox, which delivers them to the
 //! operator's webhook.
 //! [`state`], [`error`] (with [`rejection`]), [`request_id`], [`month`], [`config`], [`db`], [`nats`] and
-//! [`telemetry`] are leaves every layer may use. `main.rs` only parses the command line and calls [`startup`].
+//! [`telemetry`] are leaves every layer may use. [`reload`] puts a configuration read
+//! again in force in the services that hold its reloadable parts (SPEC §20).
+//! `main.rs` only parses the command line and calls [`startup`].
 
 pub mod account;
 pub mod accounts;
@@ -41,6 +43,7 @@ pub mod portal;
 mod prop_support;
 pub mod proxy;
 pub mod rejection;
+pub mod reload;
 pub mod request_id;
 pub mod server;
 pub mod startup;

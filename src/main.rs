@@ -1,4 +1,5 @@
-//! The `tollgate` command: `serve`, `worker` and `migrate` (SPEC §1).
+//! The `tollgate` command: `serve`, `worker` and `migrate` (SPEC §1). `serve` and
+//! `worker` reload their configuration on `SIGHUP` (SPEC §20).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -129,7 +130,11 @@ async fn worker(config: Config) -> anyhow::Result<()> {
         throttle = config.throttle.enabled,
         "tollgate worker running"
     );
-    let worker = Worker::build(config, pool).await?;
+    let mut worker = Worker::build(config, pool).await?;
+    #[cfg(unix)]
+    worker
+        .reload_on_hangup()
+        .context("cannot catch SIGHUP for reloads")?;
     worker.run(metrics, shutdown_signal()).await
 }
 
@@ -153,7 +158,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         metering = config.usage_check.enabled,
         "tollgate serving"
     );
-    let gateway = Gateway::build(config, pool).await?;
+    let mut gateway = Gateway::build(config, pool).await?;
+    // Caught before /readyz answers, so a SIGHUP sent once the gateway is up reloads.
+    #[cfg(unix)]
+    gateway
+        .reload_on_hangup()
+        .context("cannot catch SIGHUP for reloads")?;
     gateway.run(public, Some(metrics), shutdown_signal()).await
 }
 

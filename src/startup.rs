@@ -3,7 +3,8 @@
 //! [`Gateway::build`] starts the throttler worker, the usage pipeline (the listener, or
 //! the JetStream publisher and consumer), the threshold webhooks' delivery (where usage
 //! is accounted) and the ledger's monthly partitions there, the key cache's listener and
-//! the reconciliation schedule;
+//! the reconciliation schedule, and builds the [`Reloader`] over the holders a reload
+//! replaces (SPEC §20);
 //! [`Gateway::run`] serves the public and metrics listeners until shutdown, then drains
 //! in order: stop accepting and finish in-flight calls (bounded), drain the usage queue
 //! (bounded), stop the rest. [`Worker`] is the
@@ -29,9 +30,11 @@ use crate::auth::attempts::Attempts;
 use crate::auth::key_cache::KeyCache;
 use crate::auth::password::Passwords;
 use crate::cloudflare::{CallBudget, KvClient, KvSettings};
-use crate::config::{Config, MarkerStoreKind, UsageTransport};
+use crate::config::{Catalogue, Config, MarkerStoreKind, UsageTransport};
+use crate::proxy::entitlements::Entitlements;
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
+use crate::reload::{Live, Reloader};
 use crate::state::{AppState, Shared};
 use crate::telemetry::traces::Tracing;
 use crate::throttle::fleet::budget::PgCallBudget;
@@ -122,11 +125,17 @@ impl Gateway {
 
         let throttler = start_throttler(&config, &db, store, &stop_background, &mut background);
 
+        // What a reload replaces (SPEC §20), each held once and shared by its readers.
+        let catalogue = Catalogue::from_config(&config);
+        let routes = Arc::new(RouteBook::from_config(&config));
+        let pricing = Arc::new(Pricing::from_config(&config.pricing)?);
+        let entitlements = Arc::new(Entitlements::from_config(&config.entitlements));
+
         let quota = if config.usage_check.enabled {
             QuotaView::new(
                 db.clone(),
                 config.usage.free_monthly_calls,
-                config.usage.free_terms(),
+                catalogue.clone(),
                 throttler.clone(),
             )
         } else {
@@ -141,7 +150,8 @@ impl Gateway {
         background.extend(key_limits.start(stop_background.clone()));
 
         let (publisher, accountant, usage) = if config.usage_check.enabled {
-            let accountant = accountant(&config, &db, &throttler).with_quota(quota.clone());
+            let accountant =
+                accountant(&config, &db, &throttler, routes.clone()).with_quota(quota.clone());
             let pipeline = Pipeline::start(
                 &config,
                 accountant.clone(),
@@ -188,15 +198,25 @@ impl Gateway {
         };
         background.extend(keys.start(db.clone(), stop_background.clone()));
 
-        let pricing = Pricing::from_config(&config.pricing)?;
         let allocation = Allocation {
             db: db.clone(),
             throttler: throttler.clone(),
             quota: quota.clone(),
             free_monthly_calls: config.usage.free_monthly_calls,
             metering: config.usage_check.enabled,
-            plans: config.plans.clone().into(),
+            plans: catalogue.clone(),
         };
+        let reloader = Arc::new(Reloader::new(
+            config.clone(),
+            Live {
+                catalogue: Some(catalogue.clone()),
+                pricing: Some(pricing.clone()),
+                entitlements: Some(entitlements.clone()),
+                routes: Some(routes.clone()),
+                accountant: accountant.clone(),
+            },
+            Config::validate_for_serve,
+        ));
         let rates = RateLimits::new();
         background.push(crate::throttle::presence::start(
             db.clone(),
@@ -208,6 +228,9 @@ impl Gateway {
         background.push(last_used.start(db.clone(), stop_background.clone()));
         let state = AppState::new(
             Shared {
+                catalogue,
+                reloader,
+                routes,
                 past_days: Default::default(),
                 minutes: crate::throttle::minute::MinuteWindows::new(rates.clone()),
                 rates,
@@ -225,6 +248,7 @@ impl Gateway {
             },
             upstream,
             pricing,
+            entitlements,
         );
         Ok(Self {
             state,
@@ -244,6 +268,16 @@ impl Gateway {
     /// The accountant the listener uses (absent in local mode).
     pub fn accountant(&self) -> Option<Accountant> {
         self.accountant.clone()
+    }
+
+    /// Reloads the configuration on every `SIGHUP` from now on (SPEC §20), until
+    /// shutdown. Only `tollgate serve` asks: tests start gateways inside their own process.
+    #[cfg(unix)]
+    pub fn reload_on_hangup(&mut self) -> std::io::Result<()> {
+        let reloader = self.state.reloader.clone();
+        let task = crate::reload::on_hangup(reloader, self.stop_background.clone())?;
+        self.background.push(task);
+        Ok(())
     }
 
     /// Serves until `shutdown` resolves, then drains and stops everything.
@@ -290,6 +324,7 @@ impl Gateway {
 /// and no public listener.
 pub struct Worker {
     db: PgPool,
+    reloader: Arc<Reloader>,
     stop_usage: CancellationToken,
     stop_background: CancellationToken,
     usage: Pipeline,
@@ -312,7 +347,17 @@ impl Worker {
         let stop_usage = CancellationToken::new();
         let mut background = Vec::new();
         let throttler = start_throttler(&config, &db, store, &stop_background, &mut background);
-        let accountant = accountant(&config, &db, &throttler);
+        let routes = Arc::new(RouteBook::from_config(&config));
+        let accountant = accountant(&config, &db, &throttler, routes.clone());
+        let reloader = Arc::new(Reloader::new(
+            Arc::new(config.clone()),
+            Live {
+                routes: Some(routes),
+                accountant: Some(accountant.clone()),
+                ..Live::default()
+            },
+            Config::validate_for_worker,
+        ));
         let usage = Pipeline::start(&config, accountant, Role::Worker, stop_usage.clone()).await?;
         start_accounting_chores(&config, &db, &stop_background, &mut background);
         if config.throttle.enabled {
@@ -326,11 +371,21 @@ impl Worker {
         }
         Ok(Self {
             db,
+            reloader,
             stop_usage,
             stop_background,
             usage,
             background,
         })
+    }
+
+    /// Reloads the configuration on every `SIGHUP` from now on, until shutdown: the
+    /// thresholds and route names of what this worker accounts, and the log filter.
+    #[cfg(unix)]
+    pub fn reload_on_hangup(&mut self) -> std::io::Result<()> {
+        let task = crate::reload::on_hangup(self.reloader.clone(), self.stop_background.clone())?;
+        self.background.push(task);
+        Ok(())
     }
 
     /// Serves the metrics listener until `shutdown` resolves, then lets the consumer
@@ -404,7 +459,12 @@ fn start_accounting_chores(
     )));
 }
 
-fn accountant(config: &Config, db: &PgPool, throttler: &Throttler) -> Accountant {
+fn accountant(
+    config: &Config,
+    db: &PgPool,
+    throttler: &Throttler,
+    routes: Arc<RouteBook>,
+) -> Accountant {
     let accountant = Accountant::new(
         db.clone(),
         config.usage.free_monthly_calls,
@@ -412,7 +472,7 @@ fn accountant(config: &Config, db: &PgPool, throttler: &Throttler) -> Accountant
         throttler.clone(),
     )
     .with_lock_timeout(Duration::from_millis(config.usage_check.lock_timeout_ms))
-    .with_routes(RouteBook::from_config(config));
+    .with_routes(routes);
     if config.notify.enabled() {
         accountant.with_thresholds(&config.notify.percentages())
     } else {

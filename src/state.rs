@@ -15,15 +15,17 @@ use crate::auth::account_limits::AccountLimits;
 use crate::auth::key_cache::KeyCache;
 use crate::auth::password::Passwords;
 use crate::auth::{AuthParts, AuthState};
-use crate::config::Config;
+use crate::config::{Catalogue, Config};
 use crate::proxy::entitlements::Entitlements;
 use crate::proxy::pricing::Pricing;
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{ProxyParts, ProxyState};
+use crate::reload::Reloader;
 use crate::throttle::Throttler;
 use crate::throttle::minute::MinuteWindows;
 use crate::throttle::rate::RateLimits;
 use crate::usage::accounting::UsagePublisher;
+use crate::usage::analytics::RouteBook;
 use crate::usage::key_limits::KeyLimits;
 use crate::usage::series::PastDays;
 use crate::usage::standing::QuotaView;
@@ -44,7 +46,15 @@ struct Parts {
 
 /// The services behind [`AppState`].
 pub struct Shared {
+    /// The configuration loaded at start. What a reload changes is read from its live
+    /// holders instead: [`Shared::catalogue`], the proxy's prices and entitlements.
     pub config: Arc<Config>,
+    /// The plan catalogue and the free grant's terms, as the last reload left them.
+    pub catalogue: Catalogue,
+    /// Reads the configuration again (`POST /admin/v1/reload`, `SIGHUP`).
+    pub reloader: Arc<Reloader>,
+    /// How calls' routes are named (SPEC §18): analytics and span names.
+    pub routes: Arc<RouteBook>,
     pub db: PgPool,
     pub usage: UsagePublisher,
     pub throttler: Throttler,
@@ -71,9 +81,14 @@ pub struct Shared {
 }
 
 impl AppState {
-    /// The state over `shared`, with the upstream client and call prices only the proxy
-    /// uses.
-    pub fn new(shared: Shared, upstream: Arc<Upstream>, pricing: Pricing) -> Self {
+    /// The state over `shared`, with the upstream client, call prices and entitlements
+    /// only the proxy uses.
+    pub fn new(
+        shared: Shared,
+        upstream: Arc<Upstream>,
+        pricing: Arc<Pricing>,
+        entitlements: Arc<Entitlements>,
+    ) -> Self {
         let auth = AuthState::new(AuthParts {
             db: shared.db.clone(),
             keys: shared.keys.clone(),
@@ -85,12 +100,12 @@ impl AppState {
             db: shared.db.clone(),
             keys: shared.keys.clone(),
             upstream,
-            pricing: Arc::new(pricing),
+            pricing,
             key_limits: shared.key_limits.clone(),
             quota: shared.quota.clone(),
             throttler: shared.throttler.clone(),
             usage: shared.usage.clone(),
-            entitlements: Arc::new(Entitlements::from_config(&shared.config.entitlements)),
+            entitlements,
             rates: shared.rates.clone(),
             minutes: shared.minutes.clone(),
         });

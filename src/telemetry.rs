@@ -5,11 +5,12 @@
 //! ([`help`]). [`RateLimitedLog`] keeps a failing dependency from turning every request
 //! into a log line. Span fields are formatted only once a line inside the span is logged
 //! ([`deferred`]). Traces of calls go to an OTLP/HTTP collector when one is configured
-//! ([`traces`], [`export`]).
+//! ([`traces`], [`export`]). A reload may replace the log filter ([`log_filter`]).
 
 mod deferred;
 mod export;
 mod help;
+mod log_filter;
 pub mod traces;
 
 use std::borrow::Cow;
@@ -19,24 +20,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use crate::config::{LogConfig, LogFormat};
+use log_filter::{LiveFilter, LogFilter};
+pub use log_filter::{NextLogFilter, filter_from_env, next_log_filter};
 
-/// Installs the global tracing subscriber. Later calls do nothing.
+/// Installs the global tracing subscriber. Later calls do nothing. Its filter is
+/// `RUST_LOG` when set and valid, else `log.filter`; a reload may replace the latter
+/// ([`next_log_filter`]).
 pub fn init_tracing(config: &LogConfig) {
     let from_env = std::env::var(EnvFilter::DEFAULT_ENV)
         .ok()
         .filter(|d| !d.trim().is_empty());
-    let filter = from_env
+    let env_filter = from_env
         .as_deref()
-        .and_then(|d| LogFilter::parse_or_warn(EnvFilter::DEFAULT_ENV, d))
+        .and_then(|d| LogFilter::parse_or_warn(EnvFilter::DEFAULT_ENV, d));
+    let rust_log = env_filter.is_some();
+    let filter = env_filter
         .or_else(|| LogFilter::parse_or_warn("log.filter", &config.filter))
-        .unwrap_or_else(|| LogFilter::Targets(Targets::new().with_default(tracing::Level::INFO)));
-    let registry = tracing_subscriber::registry().with(filter.layer());
+        .unwrap_or_else(LogFilter::info);
+    let live = LiveFilter::new(filter);
+    let registry = tracing_subscriber::registry().with(live.clone());
     let result = match config.format {
         LogFormat::Json => registry
             .with(deferred::Deferred::new(
@@ -53,45 +60,8 @@ pub fn init_tracing(config: &LogConfig) {
             ))
             .try_init(),
     };
-    let _ = result;
-}
-
-/// The log filter for `directives`. Levels by target (`info`,
-/// `tollgate=debug,sqlx=warn`) get the static [`Targets`] filter; span and field
-/// directives (`[request]=debug`, `[request{account_id=7}]=debug`) need [`EnvFilter`],
-/// which takes a lock on every span enter and exit, so it is used only when asked for.
-#[allow(clippy::large_enum_variant)] // built once, at startup
-enum LogFilter {
-    Targets(Targets),
-    Env(EnvFilter),
-}
-
-impl LogFilter {
-    /// `None` when `directives` is not a valid filter.
-    fn parse(directives: &str) -> Option<Self> {
-        // `Targets` would read a span directive as a target named `[request]`.
-        let spans = directives.contains(['[', '{']);
-        if !spans && let Ok(targets) = directives.parse::<Targets>() {
-            return Some(Self::Targets(targets));
-        }
-        EnvFilter::try_new(directives).ok().map(Self::Env)
-    }
-
-    /// [`parse`](Self::parse), saying on stderr (logging is not up yet) when the
-    /// directives from `source` are not usable.
-    fn parse_or_warn(source: &str, directives: &str) -> Option<Self> {
-        let filter = Self::parse(directives);
-        if filter.is_none() {
-            eprintln!("tollgate: ignoring {source} = {directives:?}: not a valid log filter");
-        }
-        filter
-    }
-
-    fn layer(self) -> Box<dyn Layer<Registry> + Send + Sync> {
-        match self {
-            Self::Targets(targets) => Box::new(targets),
-            Self::Env(env) => Box::new(env),
-        }
+    if result.is_ok() {
+        log_filter::installed(live, rust_log, &config.filter);
     }
 }
 
@@ -224,34 +194,5 @@ mod tests {
         assert!(!log.allow());
         assert!(!log.allow());
         assert_eq!(log.take_suppressed(), 2);
-    }
-
-    #[test]
-    fn levels_by_target_use_the_static_filter() {
-        for directives in ["info", "tollgate=debug,sqlx=warn,info"] {
-            let filter = LogFilter::parse(directives);
-            assert!(
-                matches!(filter, Some(LogFilter::Targets(_))),
-                "{directives}"
-            );
-        }
-    }
-
-    #[test]
-    fn span_and_field_directives_keep_their_meaning() {
-        for directives in [
-            "info,[request{account_id=7}]=debug",
-            "[request]=debug",
-            "tollgate[request]=debug",
-            "[request{account_id}]=debug",
-        ] {
-            let filter = LogFilter::parse(directives);
-            assert!(matches!(filter, Some(LogFilter::Env(_))), "{directives}");
-        }
-    }
-
-    #[test]
-    fn an_invalid_filter_is_refused_rather_than_guessed() {
-        assert!(LogFilter::parse("tollgate=loud").is_none());
     }
 }

@@ -29,7 +29,7 @@ pub async fn entitlements(
         principal.account_id,
         Utc::now(),
         state.config.usage.free_monthly_calls,
-        &state.config.usage.free_terms(),
+        &state.catalogue.free_terms(),
     )
     .await?
     .map(Json)

@@ -56,5 +56,12 @@ impl From<&PlanConfig> for PlanSummary {
         (status = 500, description = "INTERNAL_ERROR", body = ErrorBody),
     ))]
 pub async fn list_plans(State(state): State<AppState>) -> Json<Vec<PlanSummary>> {
-    Json(state.config.plans.iter().map(PlanSummary::from).collect())
+    Json(
+        state
+            .catalogue
+            .current()
+            .iter()
+            .map(PlanSummary::from)
+            .collect(),
+    )
 }

@@ -14,6 +14,7 @@ use utoipa::ToSchema;
 
 use crate::auth::AdminPrincipal;
 use crate::auth::token::{PlainToken, REDEMPTION_CODE_PREFIX};
+use crate::config::PlanConfig;
 use crate::error::{ApiError, ErrorBody, JsonBody};
 use crate::month::storable;
 use crate::state::AppState;
@@ -52,13 +53,18 @@ pub struct CodesCreated {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
-fn validate(req: &CodesRequest, state: &AppState, now: DateTime<Utc>) -> Result<(), ApiError> {
-    if state.config.plan(&req.plan).is_none() {
+/// The catalogue plan `req` names, as the catalogue stands now, once `req` is valid.
+fn validate(
+    req: &CodesRequest,
+    state: &AppState,
+    now: DateTime<Utc>,
+) -> Result<PlanConfig, ApiError> {
+    let Some(plan) = state.catalogue.plan(&req.plan) else {
         return Err(ApiError::Validation(format!(
             "plan `{}` is not in the catalogue",
             req.plan
         )));
-    }
+    };
     if !(1..=MAX_MONTHS).contains(&req.months) {
         return Err(ApiError::Validation(format!(
             "months must be from 1 to {MAX_MONTHS}"
@@ -74,7 +80,7 @@ fn validate(req: &CodesRequest, state: &AppState, now: DateTime<Utc>) -> Result<
             "expires_at must be a real instant in the future, or null for never".into(),
         ));
     }
-    Ok(())
+    Ok(plan)
 }
 
 /// Mints `count` single-use codes, each granting `months` of a catalogue plan.
@@ -97,8 +103,7 @@ pub async fn create_codes(
     JsonBody(req): JsonBody<CodesRequest>,
 ) -> Result<(StatusCode, Json<CodesCreated>), ApiError> {
     let now = Utc::now();
-    validate(&req, &state, now)?;
-    let plan = state.config.plan(&req.plan).expect("validated").clone();
+    let plan = validate(&req, &state, now)?;
     let codes: Vec<PlainToken> = (0..req.count)
         .map(|_| PlainToken::generate(REDEMPTION_CODE_PREFIX))
         .collect();

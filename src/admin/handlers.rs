@@ -48,7 +48,7 @@ pub async fn create_subscription(
 ) -> Result<(StatusCode, Json<SubscriptionCreated>), ApiError> {
     let account_id = parse_account_id(&account_id)?;
     let now = Utc::now();
-    let new = validate(req, &state.config.plans, now)?;
+    let new = validate(req, &state.catalogue.current(), now)?;
     let activated = state
         .allocation
         .activate(account_id, &new, Origin::admin(ip), now)

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod codes;
 pub mod exports;
 pub(crate) mod handlers;
+pub mod reload;
 pub mod topups;
 
 use axum::Router;
@@ -40,6 +41,7 @@ pub fn router() -> Router<AppState> {
             post(topups::create_grant),
         )
         .route("/admin/v1/reconcile", post(handlers::reconcile))
+        .route("/admin/v1/reload", post(reload::reload))
         .route("/admin/v1/codes", post(codes::create_codes))
         .route("/admin/v1/audit", get(audit::list_audit))
         .route("/admin/v1/usage/export", get(exports::usage_export))

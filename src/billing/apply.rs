@@ -15,7 +15,7 @@ use sqlx::PgConnection;
 use super::event::{Checkout, InvoicePaid, SubscriptionDeleted};
 use super::outcome::Outcome;
 use crate::audit::{Action, Cause, Origin};
-use crate::config::{Config, PlanConfig};
+use crate::config::{PlanConfig, Plans};
 use crate::usage::Standing;
 use crate::usage::subscriptions::{ActivationError, Allocation, NewSubscription};
 
@@ -31,7 +31,8 @@ pub struct Applied {
 
 /// The services an event may use.
 pub struct Billing<'a> {
-    pub config: &'a Config,
+    /// The catalogue as it stood when the event arrived.
+    pub plans: &'a Plans,
     pub allocation: &'a Allocation,
     /// Stripe, from the address the event came from.
     pub origin: Origin,
@@ -139,7 +140,7 @@ impl Billing<'_> {
         };
         applied.account_id = Some(account_id);
 
-        let plan = checkout.plan.as_deref().and_then(|p| self.config.plan(p));
+        let plan = checkout.plan.as_deref().and_then(|p| self.plans.plan(p));
         applied.outcome = match plan {
             Some(plan) => {
                 let ends = self
@@ -198,7 +199,7 @@ impl Billing<'_> {
         .fetch_all(&mut *tx)
         .await?;
         for (event_id, price_id, start, end) in pending {
-            let outcome = match self.config.plan_by_price(&price_id) {
+            let outcome = match self.plans.plan_by_price(&price_id) {
                 // A cancellation that came first may have emptied the period.
                 Some(_) if end <= start => Outcome::Ended,
                 Some(plan) => {
@@ -243,7 +244,7 @@ impl Billing<'_> {
             customer: Some(invoice.customer.clone()),
             ..Applied::default()
         };
-        let Some(plan) = self.config.plan_by_price(&invoice.price_id) else {
+        let Some(plan) = self.plans.plan_by_price(&invoice.price_id) else {
             applied.outcome = Outcome::UnknownPlan;
             return Ok(applied);
         };

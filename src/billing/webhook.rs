@@ -143,8 +143,9 @@ async fn process(
         tracing::info!("stripe event already processed");
         return Ok(Outcome::Duplicate);
     }
+    let plans = state.catalogue.current();
     let billing = Billing {
-        config: &state.config,
+        plans: &plans,
         allocation: &state.allocation,
         origin,
         now,

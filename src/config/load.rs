@@ -1,6 +1,6 @@
 //! Loading the layers: files, profile, `--config`, environment; then validation.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use figment::error::Kind;
@@ -10,6 +10,7 @@ use figment::{Figment, Metadata, Profile, Provider, Source};
 use secrecy::{ExposeSecret, SecretString};
 
 use super::settings::{Config, LOCAL_PROFILE};
+use super::sources::{DEFAULT_DIR, ENV_PREFIX, Sources, strip_prefix_ignore_case};
 
 /// A configuration problem, worded as the one line an operator sees (values quoted in
 /// it cannot break the line: see [`one_line`]).
@@ -17,47 +18,13 @@ use super::settings::{Config, LOCAL_PROFILE};
 #[error("configuration error: {}", one_line(.0))]
 pub struct ConfigError(pub(super) String);
 
-/// The inputs of [`Config::load`], separate from the process so tests can vary them.
-#[derive(Debug, Clone, Default)]
-pub struct Sources {
-    /// Folder holding `default.toml` and `<profile>.toml`. It must exist unless it is
-    /// the default [`DEFAULT_DIR`] (a deployment configured by environment alone).
-    pub dir: PathBuf,
-    pub profile: Option<String>,
-    /// The `--config FILE` layer.
-    pub file: Option<PathBuf>,
-    /// Environment variables; only `TOLLGATE__*` ones are read.
-    pub env: Vec<(String, String)>,
-}
-
-impl Sources {
-    /// Reads `TOLLGATE_CONFIG_DIR`, `TOLLGATE_PROFILE` and the environment of this process.
-    pub fn from_process(file: Option<PathBuf>) -> Self {
-        // Variables that are not UTF-8 cannot be ours; skip them rather than panic.
-        let env: Vec<(String, String)> = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .collect();
-        let dir = lookup(&env, "TOLLGATE_CONFIG_DIR")
-            .filter(|d| !d.is_empty())
-            .unwrap_or_else(|| DEFAULT_DIR.into());
-        let profile = lookup(&env, "TOLLGATE_PROFILE").filter(|p| !p.is_empty());
-        Self {
-            dir: dir.into(),
-            profile,
-            file,
-            env,
-        }
+impl ConfigError {
+    /// A problem found outside this module (a reload's log filter, say), worded as the
+    /// one line an operator sees.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self(reason.into())
     }
 }
-
-/// The config folder when `TOLLGATE_CONFIG_DIR` names none; the only one that may be absent.
-pub const DEFAULT_DIR: &str = "config";
-
-fn lookup(env: &[(String, String)], name: &str) -> Option<String> {
-    env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
-}
-
-const ENV_PREFIX: &str = "TOLLGATE__";
 
 impl Config {
     /// Merges every layer and validates the result.
@@ -118,6 +85,7 @@ impl Config {
         }
         let mut config: Config = figment.extract().map_err(describe)?;
         config.profile = sources.profile.clone();
+        config.sources = Some(sources.kept());
         // Surrounding whitespace (a quoted value, a trailing newline from a secret file)
         // could never match a bearer token, which is read trimmed: it is dropped. An
         // empty or all-whitespace token (e.g. `TOLLGATE__ADMIN__TOKEN=`) means no admin
@@ -223,12 +191,6 @@ fn describe(errors: figment::Error) -> ConfigError {
         })
         .collect();
     ConfigError(lines.join("; "))
-}
-
-fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
-    let head = name.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix)
-        .then(|| &name[prefix.len()..])
 }
 
 /// Joins the lines of `text` with `; `, leaving out the source excerpts of a TOML parse

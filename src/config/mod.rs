@@ -4,8 +4,12 @@
 //! (when `TOLLGATE_PROFILE` is set) → `--config FILE` → `TOLLGATE__<SECTION>__<KEY>`
 //! environment variables. Every struct refuses unknown keys, and every problem is
 //! reported as one line before anything starts. Secrets are `SecretString`s, so they
-//! never reach logs or `Debug` output.
+//! never reach logs or `Debug` output. A running gateway can read the layers again
+//! (SPEC §20): [`Catalogue`] holds the plan catalogue a reload replaces, and
+//! [`restart_needed`] names what a reload cannot apply.
 
+mod catalogue;
+mod changes;
 mod de;
 mod load;
 mod notify;
@@ -13,9 +17,12 @@ mod plans;
 #[cfg(test)]
 mod prop_tests;
 mod settings;
+mod sources;
 mod validate;
 
-pub use load::{ConfigError, Sources};
+pub use catalogue::{Catalogue, Plans};
+pub use changes::{RELOADABLE, restart_needed};
+pub use load::ConfigError;
 pub use notify::{NotifyConfig, Webhook};
 pub use plans::{BillingConfig, MAX_PLAN_CHARS, PlanConfig, plan_name_problem};
 pub use settings::{
@@ -24,3 +31,4 @@ pub use settings::{
     MarkerStoreKind, NatsConfig, PricingConfig, RoutePrice, ServerConfig, TelemetryConfig,
     ThrottleConfig, UpstreamConfig, UsageCheckConfig, UsageConfig, UsageTransport,
 };
+pub use sources::Sources;

@@ -93,6 +93,14 @@ impl NotifyConfig {
         Duration::from_millis(self.timeout_ms)
     }
 
+    /// The section less `thresholds`: what a reload cannot change (SPEC §20).
+    pub(super) fn without_thresholds(&self) -> Self {
+        Self {
+            thresholds: Vec::new(),
+            ..self.clone()
+        }
+    }
+
     /// Blank URLs and secrets mean unset, like the other optional secrets.
     pub(super) fn normalize(&mut self) {
         if self

@@ -281,7 +281,7 @@ pub(super) fn validate_plans(plans: &[PlanConfig]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::config::Catalogue;
 
     fn plan(name: &str, monthly: i64, price: Option<&str>) -> PlanConfig {
         PlanConfig {
@@ -388,10 +388,7 @@ mod tests {
 
     #[test]
     fn plans_are_found_by_exact_name_and_by_price() {
-        let config = Config {
-            plans: vec![plan("pro", 10, Some("price_pro"))],
-            ..Config::default()
-        };
+        let config = Catalogue::from(vec![plan("pro", 10, Some("price_pro"))]).current();
         assert_eq!(config.plan("pro").map(|p| p.monthly_allowance), Some(10));
         assert!(config.plan("PRO").is_none());
         assert_eq!(

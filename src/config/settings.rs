@@ -16,6 +16,12 @@ use crate::plan::{PlanTerms, RateLimitInput};
 pub const LOCAL_PROFILE: &str = "local";
 
 /// Everything the gateway can be told. Field names are the SPEC's keys.
+///
+/// A running gateway keeps the configuration it started with; the parts a reload
+/// replaces (SPEC §20: `plans`, `pricing`, `entitlements`, `usage.free_features` and
+/// `usage.free_rate_limit`, `notify.thresholds`, `log.filter`) are read at request time
+/// from their live holders ([`super::Catalogue`], the proxy's prices and entitlements,
+/// the accountant's thresholds, the log filter), never from here.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -33,7 +39,8 @@ pub struct Config {
     pub pricing: PricingConfig,
     /// Which routes need which plan feature (SPEC §17).
     pub entitlements: EntitlementsConfig,
-    /// The plan catalogue (`[[plans]]`).
+    /// The plan catalogue (`[[plans]]`) as loaded; requests read the live one,
+    /// [`super::Catalogue`].
     pub plans: Vec<PlanConfig>,
     pub billing: BillingConfig,
     /// Threshold webhooks (SPEC §7).
@@ -46,6 +53,10 @@ pub struct Config {
     /// The value of `TOLLGATE_PROFILE`, if any; not a file key.
     #[serde(skip)]
     pub profile: Option<String>,
+    /// The layers this configuration was read from ([`Config::load`]), which a reload
+    /// reads again; none for one built in code. Not a file key.
+    #[serde(skip)]
+    pub sources: Option<super::sources::Sources>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -552,19 +563,5 @@ impl TelemetryConfig {
     pub fn traces_url(&self) -> Option<String> {
         let endpoint = self.otlp_endpoint.as_deref()?;
         Some(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
-    }
-}
-
-impl Config {
-    /// The catalogue plan called exactly `name`.
-    pub fn plan(&self, name: &str) -> Option<&PlanConfig> {
-        self.plans.iter().find(|p| p.name == name)
-    }
-
-    /// The catalogue plan paid for by `price_id`.
-    pub fn plan_by_price(&self, price_id: &str) -> Option<&PlanConfig> {
-        self.plans
-            .iter()
-            .find(|p| p.price_id.as_deref() == Some(price_id))
     }
 }

@@ -264,7 +264,7 @@ fn subscription_form(
             @if let Some(error) = error { p.flash.error role="alert" { (error) } }
             (csrf_field(csrf))
             label { "Plan" input name="plan" list="catalogue" required value=(value(&fields.plan)); }
-            datalist #catalogue { @for plan in &state.config.plans { option value=(plan.name) {} } }
+            datalist #catalogue { @for plan in state.catalogue.current().iter() { option value=(plan.name) {} } }
             label { "Monthly allowance" input name="monthly_allowance" inputmode="numeric" placeholder="the catalogue's" value=(value(&fields.monthly_allowance)); }
             label { "Daily allowance" input name="daily_allowance" inputmode="numeric" placeholder="none" value=(value(&fields.daily_allowance)); }
             label { "Enforcement"

@@ -37,7 +37,7 @@ pub async fn add_subscription(
     let now = Utc::now();
     let outcome = async {
         let request = subscription_request(&fields)?;
-        let new = validate(request, &state.config.plans, now)?;
+        let new = validate(request, &state.catalogue.current(), now)?;
         state
             .allocation
             .activate(account_id, &new, Origin::admin(ip), now)

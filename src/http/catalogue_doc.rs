@@ -1,7 +1,7 @@
 //! The parts of `/openapi.json` that follow the running plan catalogue: which plan names
 //! may leave out `monthly_allowance` in a subscription, and which plans redemption codes
 //! may be minted for. Static annotations cannot say these; the document is built from
-//! the running configuration, so it can.
+//! the catalogue in force (as the last reload left it), so it can.
 
 use serde_json::{Value, json};
 

@@ -100,9 +100,7 @@ impl Public {
     pub fn traced(state: AppState, tracing: Tracing) -> Self {
         Self {
             proxy: ProxyState::from_ref(&state),
-            routes: tracing
-                .is_on()
-                .then(|| Arc::new(RouteBook::from_config(&state.config))),
+            routes: tracing.is_on().then(|| state.routes.clone()),
             router: traced_router(state, tracing.clone()),
             tracing,
         }

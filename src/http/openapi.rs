@@ -12,10 +12,10 @@ use crate::account::{
 use crate::admin::handlers as admin;
 use crate::admin::{
     accounts as admin_accounts, analytics as admin_analytics, audit as admin_audit,
-    codes as admin_codes, exports as admin_exports, topups as admin_topups,
+    codes as admin_codes, exports as admin_exports, reload as admin_reload, topups as admin_topups,
 };
 use crate::billing::webhook as billing;
-use crate::config::Config;
+use crate::config::{Config, PlanConfig};
 
 /// The account API; always served.
 #[derive(OpenApi)]
@@ -47,6 +47,7 @@ pub struct ApiDoc;
         admin::create_subscription,
         admin::account_usage,
         admin::reconcile,
+        admin_reload::reload,
         admin_topups::create_grant,
         admin_accounts::list_accounts,
         admin_accounts::daily_usage,
@@ -92,8 +93,15 @@ fn bearer() -> SecurityScheme {
 }
 
 /// The document of the routes this gateway serves: the admin API only when it is on,
-/// the API-key header this gateway is configured to read, and the catalogue's rules.
+/// the API-key header this gateway is configured to read, and the rules of `config`'s
+/// catalogue.
 pub fn document(config: &Config) -> serde_json::Value {
+    document_with(config, &config.plans)
+}
+
+/// [`document`] with the catalogue `plans` (the one in force, which a reload may have
+/// replaced since `config` was loaded).
+fn document_with(config: &Config, plans: &[PlanConfig]) -> serde_json::Value {
     let mut doc = ApiDoc::openapi();
     if config.admin.token.is_some() {
         doc.merge(AdminDoc::openapi());
@@ -110,7 +118,7 @@ pub fn document(config: &Config) -> serde_json::Value {
         );
     }
     let mut doc = serde_json::to_value(doc).expect("the document serializes");
-    super::catalogue_doc::apply(&mut doc, &config.plans);
+    super::catalogue_doc::apply(&mut doc, plans);
     admin_lockout(&mut doc);
     doc
 }
@@ -150,7 +158,7 @@ fn admin_lockout(doc: &mut serde_json::Value) {
 pub async fn serve(
     axum::extract::State(state): axum::extract::State<crate::state::AppState>,
 ) -> Json<serde_json::Value> {
-    Json(document(&state.config))
+    Json(document_with(&state.config, &state.catalogue.current()))
 }
 
 #[cfg(test)]
@@ -184,7 +192,7 @@ mod tests {
     fn every_operation_documents_every_error_it_can_answer() {
         let doc = document();
         let operations = operations(&doc);
-        assert_eq!(operations.len(), 25, "an operation was added or lost");
+        assert_eq!(operations.len(), 26, "an operation was added or lost");
         for (method, path, operation) in operations {
             let responses = operation["responses"].as_object().expect("responses");
             let missing = |statuses: &[&str]| -> Vec<String> {

@@ -39,7 +39,7 @@ pub async fn page(
     customer: Customer,
     Query(done): Query<Done>,
 ) -> Result<Response, PortalProblem> {
-    let plans = &state.config.plans;
+    let plans = state.catalogue.current();
     let current = {
         let mut conn = state.db.acquire().await?;
         entitlements(
@@ -47,7 +47,7 @@ pub async fn page(
             customer.account_id,
             Utc::now(),
             state.config.usage.free_monthly_calls,
-            &state.config.usage.free_terms(),
+            &state.catalogue.free_terms(),
         )
         .await?
         .ok_or(ApiError::AccountNotFound)?
@@ -71,7 +71,7 @@ pub async fn page(
                     th { "Enforcement" } th { "Rate limit" } th { "Features" } th { "" }
                 } }
                 tbody {
-                    @for plan in plans {
+                    @for plan in plans.iter() {
                         @let mine = plan.name == current.plan;
                         tr data-plan=(plan.name) aria-current=[mine.then_some("true")] {
                             td {

@@ -1,6 +1,9 @@
 //! What a call costs (SPEC §6): the price of the longest matching route prefix, or the
-//! upstream's own figure in `pricing.cost_header`, which never reaches the client.
+//! upstream's own figure in `pricing.cost_header`, which never reaches the client. A
+//! reload replaces the whole `[pricing]` section at once (SPEC §20): each read takes one
+//! `ArcSwap` load, no lock.
 
+use arc_swap::ArcSwap;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::PricingConfig;
@@ -9,19 +12,69 @@ use crate::telemetry::RateLimitedLog;
 /// Largest cost the upstream may report for one call.
 pub const MAX_REPORTED_COST: i64 = 1_000_000;
 
-/// The configured prices.
+/// The configured prices, as the last load or reload set them.
 #[derive(Debug, Default)]
 pub struct Pricing {
+    table: ArcSwap<PriceTable>,
+    bad_header_log: RateLimitedLog,
+}
+
+/// What one `[pricing]` section says.
+#[derive(Debug, Default)]
+struct PriceTable {
     /// Longest prefix first.
     routes: Vec<(String, i64)>,
     cost_header: Option<HeaderName>,
     /// Read `event: usage` from event streams (SPEC §20).
     stream_usage: bool,
-    bad_header_log: RateLimitedLog,
 }
 
 impl Pricing {
     pub fn from_config(config: &PricingConfig) -> anyhow::Result<Self> {
+        Ok(Self {
+            table: ArcSwap::from_pointee(PriceTable::from_config(config)?),
+            bad_header_log: RateLimitedLog::default(),
+        })
+    }
+
+    /// Puts `new`'s prices in force for every call priced from now on.
+    pub fn replace(&self, new: Pricing) {
+        self.table.store(new.table.into_inner());
+    }
+
+    /// The price of a call to `path`: its longest matching prefix's, else 1.
+    pub fn route_cost(&self, path: &str) -> i64 {
+        self.table.load().route_cost(path)
+    }
+
+    /// Whether streamed responses report their usage as they go (`pricing.stream_usage`).
+    pub fn stream_usage(&self) -> bool {
+        self.table.load().stream_usage
+    }
+
+    /// Whether the upstream may report costs (`pricing.cost_header` is set).
+    pub fn reads_costs(&self) -> bool {
+        self.table.load().cost_header.is_some()
+    }
+
+    /// Takes the cost header off an upstream response; its value when it is an
+    /// integer from 0 to [`MAX_REPORTED_COST`], else `None` (with a warning).
+    pub fn take_reported_cost(&self, headers: &mut HeaderMap) -> Option<i64> {
+        let table = self.table.load();
+        let name = table.cost_header.as_ref()?;
+        let value = headers.remove(name)?;
+        let cost = parse_cost(&value);
+        if cost.is_none() && self.bad_header_log.allow() {
+            tracing::warn!(header = %name, value = ?value,
+                suppressed = self.bad_header_log.take_suppressed(),
+                "upstream cost header ignored: not an integer from 0 to 1000000");
+        }
+        cost
+    }
+}
+
+impl PriceTable {
+    fn from_config(config: &PricingConfig) -> anyhow::Result<Self> {
         let mut routes: Vec<(String, i64)> = config
             .routes
             .iter()
@@ -36,40 +89,14 @@ impl Pricing {
             routes,
             cost_header,
             stream_usage: config.stream_usage,
-            bad_header_log: RateLimitedLog::default(),
         })
     }
 
-    /// The price of a call to `path`: its longest matching prefix's, else 1.
-    pub fn route_cost(&self, path: &str) -> i64 {
+    fn route_cost(&self, path: &str) -> i64 {
         self.routes
             .iter()
             .find(|(prefix, _)| path.starts_with(prefix.as_str()))
             .map_or(1, |(_, cost)| *cost)
-    }
-
-    /// Whether streamed responses report their usage as they go (`pricing.stream_usage`).
-    pub fn stream_usage(&self) -> bool {
-        self.stream_usage
-    }
-
-    /// Whether the upstream may report costs (`pricing.cost_header` is set).
-    pub fn reads_costs(&self) -> bool {
-        self.cost_header.is_some()
-    }
-
-    /// Takes the cost header off an upstream response; its value when it is an
-    /// integer from 0 to [`MAX_REPORTED_COST`], else `None` (with a warning).
-    pub fn take_reported_cost(&self, headers: &mut HeaderMap) -> Option<i64> {
-        let name = self.cost_header.as_ref()?;
-        let value = headers.remove(name)?;
-        let cost = parse_cost(&value);
-        if cost.is_none() && self.bad_header_log.allow() {
-            tracing::warn!(header = %name, value = ?value,
-                suppressed = self.bad_header_log.take_suppressed(),
-                "upstream cost header ignored: not an integer from 0 to 1000000");
-        }
-        cost
     }
 }
 
@@ -139,5 +166,16 @@ mod tests {
             assert_eq!(p.take_reported_cost(&mut headers), expected, "{value:?}");
             assert!(headers.is_empty(), "the header never reaches the client");
         }
+    }
+
+    #[test]
+    fn replaced_prices_hold_for_the_next_call() {
+        let p = pricing(&[("/vedic/v1/", 2)], None);
+        p.replace(pricing(&[("/vedic/v1/kundli", 5)], Some("x-call-cost")));
+        assert_eq!(p.route_cost("/vedic/v1/kundli/full"), 5);
+        assert_eq!(p.route_cost("/vedic/v1/panchang"), 1);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-call-cost", HeaderValue::from_static("9"));
+        assert_eq!(p.take_reported_cost(&mut headers), Some(9));
     }
 }

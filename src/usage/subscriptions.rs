@@ -6,8 +6,6 @@
 //! writes its current-month snapshot, all in the same transaction. An upgrade only
 //! changes the ceiling: the calls already used this month stay counted.
 
-use std::sync::Arc;
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -22,7 +20,7 @@ use super::rules::{
 };
 use super::standing::QuotaView;
 use crate::audit::{self, Action, Cause, Origin, Target};
-use crate::config::PlanConfig;
+use crate::config::Catalogue;
 use crate::error::ApiError;
 use crate::month::{Day, Month};
 use crate::plan::{PlanTerms, RateLimit};
@@ -145,19 +143,15 @@ pub struct Allocation {
     pub free_monthly_calls: i64,
     /// False in local mode: no snapshots, no markers.
     pub metering: bool,
-    /// The plan catalogue, whose features and rate limits a subscription of a catalogue
-    /// plan is activated with.
-    pub plans: Arc<[PlanConfig]>,
+    /// The plan catalogue as it stands, whose features and rate limits a subscription
+    /// of a catalogue plan is activated with.
+    pub plans: Catalogue,
 }
 
 impl Allocation {
     /// The features and rate limit of the catalogue plan named `plan`; none elsewhere.
     pub fn catalogue_terms(&self, plan: &str) -> PlanTerms {
-        self.plans
-            .iter()
-            .find(|p| p.name == plan)
-            .map(PlanConfig::terms)
-            .unwrap_or_default()
+        self.plans.terms(plan)
     }
 
     /// Activates `new` for `account_id` in a transaction of its own, recorded as

@@ -24,6 +24,7 @@ mod plans;
 mod portal;
 mod proxy;
 mod readme;
+mod reload;
 mod server;
 mod telemetry;
 mod throttle;

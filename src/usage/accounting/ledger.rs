@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
@@ -37,8 +38,9 @@ pub struct Accountant {
     lock_timeout: Duration,
     quota: QuotaView,
     partitions: Partitions,
-    /// `notify.thresholds`, ascending, when threshold webhooks are on.
-    thresholds: Option<Arc<[u8]>>,
+    /// `notify.thresholds`, ascending, when threshold webhooks are on; shared by the
+    /// clones, replaced by a reload.
+    thresholds: Option<Arc<ArcSwap<Vec<u8>>>>,
     /// How the rollup names routes, and the routes it knows per account and month.
     routes: Arc<RouteBook>,
 }
@@ -61,19 +63,24 @@ impl Accountant {
 
     /// Names the rollup's routes after the configured prefixes, bounded per account and
     /// month (SPEC §18).
-    pub fn with_routes(mut self, routes: RouteBook) -> Self {
-        self.routes = Arc::new(routes);
+    pub fn with_routes(mut self, routes: Arc<RouteBook>) -> Self {
+        self.routes = routes;
         self
     }
 
     /// Records an outbox event for every one of `thresholds` (percentages of the
     /// month's allowance) an account crosses (SPEC §7).
     pub fn with_thresholds(mut self, thresholds: &[u8]) -> Self {
-        let mut sorted = thresholds.to_vec();
-        sorted.sort_unstable();
-        sorted.dedup();
-        self.thresholds = Some(sorted.into());
+        self.thresholds = Some(Arc::new(ArcSwap::from_pointee(ascending(thresholds))));
         self
+    }
+
+    /// Records the batches from now on against `thresholds` instead (a reload, SPEC
+    /// §20); nothing when threshold webhooks are off.
+    pub fn replace_thresholds(&self, thresholds: &[u8]) {
+        if let Some(current) = &self.thresholds {
+            current.store(Arc::new(ascending(thresholds)));
+        }
     }
 
     /// Keeps this replica's quota view current with what it accounts, and tells the
@@ -127,12 +134,15 @@ impl Accountant {
         }
         let months = || events.iter().map(|e| Month::containing(e.occurred_at));
         self.partitions.ensure(months()).await?;
-        match account_batch(&self.shared(), self.begin().await?, events, now, locks).await {
+        // One batch, one list of thresholds, whatever a reload does meanwhile.
+        let thresholds = self.thresholds.as_ref().map(|t| t.load_full());
+        let shared = self.shared(thresholds.as_deref());
+        match account_batch(&shared, self.begin().await?, events, now, locks).await {
             Err(e) if is_missing_partition(&e) => {
                 tracing::warn!("a ledger partition went missing; making it again");
                 self.partitions.forget(months());
                 self.partitions.ensure(months()).await?;
-                account_batch(&self.shared(), self.begin().await?, events, now, locks).await
+                account_batch(&shared, self.begin().await?, events, now, locks).await
             }
             outcome => outcome,
         }
@@ -150,15 +160,23 @@ impl Accountant {
             .await
     }
 
-    /// What a batch takes from this accountant.
-    fn shared(&self) -> Shared<'_> {
+    /// What a batch takes from this accountant, with the `thresholds` in force.
+    fn shared<'a>(&'a self, thresholds: Option<&'a Vec<u8>>) -> Shared<'a> {
         Shared {
             free_monthly_calls: self.free_monthly_calls,
             throttler: &self.throttler,
             quota: &self.quota,
-            thresholds: self.thresholds.as_deref(),
+            thresholds: thresholds.map(Vec::as_slice),
             known: &self.known,
             routes: &self.routes,
         }
     }
+}
+
+/// `thresholds` ascending, each once.
+fn ascending(thresholds: &[u8]) -> Vec<u8> {
+    let mut sorted = thresholds.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    sorted
 }

@@ -1,10 +1,13 @@
 //! The route a call counts under in the rollup (SPEC §18): the longest prefix among
 //! `pricing.routes` and `entitlements.routes`, else the path's first three segments
 //! (`/vedic/v1/chart`); past `analytics.max_routes` distinct routes of an account in a
-//! month, `other`.
+//! month, `other`. A reload that changes those prefixes names the calls after it by the
+//! new ones (SPEC §20).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+
+use arc_swap::ArcSwap;
 
 use crate::config::Config;
 use crate::month::Month;
@@ -17,11 +20,24 @@ const MAX_ROUTE_BYTES: usize = 256;
 /// Account-months whose routes are remembered at most; a full memory starts over.
 const MAX_REMEMBERED: usize = 100_000;
 
+/// The route prefixes of `pricing.routes` and `entitlements.routes`.
+fn configured_prefixes(config: &Config) -> impl Iterator<Item = String> + '_ {
+    let priced = config.pricing.routes.iter().map(|r| r.prefix.clone());
+    priced.chain(config.entitlements.routes.iter().map(|r| r.prefix.clone()))
+}
+
+fn longest_first(prefixes: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut prefixes: Vec<String> = prefixes.into_iter().collect();
+    prefixes.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    prefixes.dedup();
+    prefixes
+}
+
 /// How routes are named, and which routes each account-month is known to have.
 #[derive(Debug, Default)]
 pub struct RouteBook {
     /// Configured prefixes, longest first.
-    prefixes: Vec<String>,
+    prefixes: ArcSwap<Vec<String>>,
     pub max_routes: usize,
     /// Routes known to be in `usage_route`, by account and month (only ever a subset of
     /// the table: routes are never removed).
@@ -30,11 +46,8 @@ pub struct RouteBook {
 
 impl RouteBook {
     pub fn new(prefixes: impl IntoIterator<Item = String>, max_routes: usize) -> Self {
-        let mut prefixes: Vec<String> = prefixes.into_iter().collect();
-        prefixes.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        prefixes.dedup();
         Self {
-            prefixes,
+            prefixes: ArcSwap::from_pointee(longest_first(prefixes)),
             max_routes,
             known: Mutex::default(),
         }
@@ -42,20 +55,20 @@ impl RouteBook {
 
     /// The book of a configuration's route prefixes and bound.
     pub fn from_config(config: &Config) -> Self {
-        Self::new(
-            config
-                .pricing
-                .routes
-                .iter()
-                .map(|r| r.prefix.clone())
-                .chain(config.entitlements.routes.iter().map(|r| r.prefix.clone())),
-            config.analytics.max_routes,
-        )
+        Self::new(configured_prefixes(config), config.analytics.max_routes)
+    }
+
+    /// Names the calls from now on after `config`'s prefixes (the bound and what is
+    /// known of each account-month stay).
+    pub fn replace_prefixes(&self, config: &Config) {
+        self.prefixes
+            .store(longest_first(configured_prefixes(config)).into());
     }
 
     /// The route name of a path (before the bound).
     pub fn name_of(&self, path: &str) -> String {
-        if let Some(prefix) = self.prefixes.iter().find(|p| path.starts_with(p.as_str())) {
+        let prefixes = self.prefixes.load();
+        if let Some(prefix) = prefixes.iter().find(|p| path.starts_with(p.as_str())) {
             return prefix.clone();
         }
         let end = path
@@ -118,5 +131,22 @@ mod tests {
                 .len()
                 <= 256
         );
+    }
+
+    #[test]
+    fn replaced_prefixes_name_the_next_calls() {
+        let book = RouteBook::new(["/western/v1/synastry/".to_owned()], 100);
+        let mut config = Config::default();
+        config.pricing.routes = vec![crate::config::RoutePrice {
+            prefix: "/vedic/v1/kundli".into(),
+            cost: 5,
+        }];
+        book.replace_prefixes(&config);
+        assert_eq!(book.name_of("/vedic/v1/kundli/full"), "/vedic/v1/kundli");
+        assert_eq!(
+            book.name_of("/western/v1/synastry/report"),
+            "/western/v1/synastry"
+        );
+        assert_eq!(book.max_routes, 100);
     }
 }

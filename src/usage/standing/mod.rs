@@ -38,6 +38,7 @@ use super::announce::{CHANNEL, News};
 use super::report::standings;
 use super::rules::{Enforcement, PlanTerms, Standing};
 use super::spending::reservation_block;
+use crate::config::Catalogue;
 use crate::month::{Day, Month, seconds_until};
 use crate::throttle::Throttler;
 
@@ -170,8 +171,9 @@ struct Entry {
 struct Inner {
     db: PgPool,
     free_monthly_calls: i64,
-    /// The free grant's features and rate limit (`usage.free_*`).
-    free_terms: Arc<PlanTerms>,
+    /// Holds the free grant's features and rate limit (`usage.free_*`), as the last
+    /// reload left them.
+    catalogue: Catalogue,
     replica: Uuid,
     throttler: Throttler,
     entries: DashMap<i64, Entry>,
@@ -208,14 +210,14 @@ impl QuotaView {
     pub fn new(
         db: PgPool,
         free_monthly_calls: i64,
-        free_terms: PlanTerms,
+        catalogue: Catalogue,
         throttler: Throttler,
     ) -> Self {
         Self {
             inner: Some(Arc::new(Inner {
                 db,
                 free_monthly_calls,
-                free_terms: Arc::new(free_terms),
+                catalogue,
                 replica: Uuid::new_v4(),
                 throttler,
                 entries: DashMap::with_shard_amount(SHARDS),
@@ -324,7 +326,7 @@ impl QuotaView {
             Some(terms) => terms,
             None => inner.standing(account_id, now).await?.terms,
         };
-        Ok(Some(terms.unwrap_or_else(|| inner.free_terms.clone())))
+        Ok(Some(terms.unwrap_or_else(|| inner.catalogue.free_terms())))
     }
 
     /// Takes the standings this replica just accounted.

@@ -120,6 +120,7 @@ async fn an_empty_admin_token_means_no_admin_api() {
     for (method, path) in [
         ("GET", "/admin/v1/reconcile"),
         ("POST", "/admin/v1/reconcile"),
+        ("POST", "/admin/v1/reload"),
         ("GET", "/admin/v1/accounts/1/usage"),
     ] {
         let res = app

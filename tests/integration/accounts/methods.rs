@@ -27,6 +27,7 @@ const REFUSED: &[(&str, &str, &[&str])] = &[
     ),
     ("GET", "/admin/v1/accounts/1/grants", &["POST"]),
     ("GET", "/admin/v1/reconcile", &["POST"]),
+    ("GET", "/admin/v1/reload", &["POST"]),
     ("PATCH", "/admin/v1/codes", &["POST"]),
     ("POST", "/healthz", &["GET", "HEAD"]),
     ("DELETE", "/readyz", &["GET", "HEAD"]),

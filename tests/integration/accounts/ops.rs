@@ -33,6 +33,7 @@ async fn health_readiness_and_the_openapi_document_are_served() {
         "/admin/v1/accounts/{account_id}/subscriptions",
         "/admin/v1/accounts/{account_id}/usage",
         "/admin/v1/reconcile",
+        "/admin/v1/reload",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
