@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The console benchmark: how long each console page (and each customer portal page)
-# takes to serve with a large database. Seeds a fresh database (bench/console/seed.sql: 100,000 accounts and
-# 1,000,000 ledger rows this month by default), starts the release gateway on it, signs
-# in, and requests each page CONSOLE_REQUESTS times one after another, printing the
-# median, 95th percentile and worst time per page as measured by curl on loopback (the
-# server's time plus a loopback round trip). Stops the gateway and drops the database
-# on exit (CONSOLE_KEEP=1 keeps the database, and reuses a seeded one next time).
+# The console benchmark: how long each console page (and each customer portal page, and
+# the usage analytics of the admin and account APIs) takes to serve with a large
+# database. Seeds a fresh database (bench/console/seed.sql: 100,000 accounts and
+# 1,000,000 ledger rows this month by default, with the analytics rollup accounting
+# would have written for them), starts the release gateway on it, signs in, and requests
+# each page CONSOLE_REQUESTS times one after another, printing the median, 95th
+# percentile and worst time per page as measured by curl on loopback (the server's time
+# plus a loopback round trip). Stops the gateway and drops the database on exit
+# (CONSOLE_KEEP=1 keeps the database, and reuses it next time when it holds as many
+# accounts and ledger rows as asked).
 #
 #   bench/console/run.sh
+#   CONSOLE_CALLS=10000000 bench/console/run.sh     10,000,000 ledger rows this month
 #   CONSOLE_ACCOUNTS=10000 CONSOLE_CALLS=100000 CONSOLE_REQUESTS=10 bench/console/run.sh   quick run
 #
 # Environment: CONSOLE_ACCOUNTS (default 100000), CONSOLE_CALLS (default 1000000),
@@ -51,8 +55,12 @@ trap cleanup EXIT
 
 export TOLLGATE__DATABASE__URL="$PG/$DATABASE?sslmode=disable"
 seeded=$(psql_at postgres -Atc "SELECT 1 FROM pg_database WHERE datname = '$DATABASE'")
+# A kept database is reused when it holds as many accounts and ledger rows as asked, and
+# the analytics rollup (seeds older than it have none).
 if [ "$seeded" = 1 ] && [ "${CONSOLE_KEEP:-}" = 1 ] &&
-    [ "$(psql_at "$DATABASE" -Atc 'SELECT count(*) FROM account' 2>/dev/null)" = "$ACCOUNTS" ]; then
+    [ "$(psql_at "$DATABASE" -Atc "SELECT (SELECT count(*) FROM account) || ' ' ||
+        (SELECT count(*) FROM subscription_tracking) || ' ' || EXISTS (SELECT FROM usage_rollup)" \
+        2>/dev/null)" = "$ACCOUNTS $CALLS true" ]; then
     say "reusing the seeded database $DATABASE"
     "$bin" migrate >&2
 else
@@ -121,11 +129,29 @@ done
 for who in heavy typical; do
     id=${!who}
     psql_at "$DATABASE" -c "INSERT INTO account_session (account_id, token_hash, expires_at)
-        VALUES ($id, sha256(convert_to('tgs_portalbench$id', 'UTF8')), now() + interval '1 hour')" >/dev/null
+        VALUES ($id, sha256(convert_to('tgs_portalbench$id', 'UTF8')), now() + interval '1 hour')
+        ON CONFLICT (token_hash) DO UPDATE SET expires_at = EXCLUDED.expires_at" >/dev/null
     for page in "overview|/portal/" "keys|/portal/keys" "plans|/portal/plans"; do
         time_page "portal ${page%%|*}, the $([ "$who" = heavy ] && echo busiest || echo "typical one")" \
             "${page#*|}" -H "Cookie: tollgate_portal=tgs_portalbench$id"
     done
+done
+
+# Usage analytics over the longest range, 93 days, ending on the month's last day (the
+# seeded ledger fills the whole month, whatever the day the benchmark runs): the admin
+# API by route, day and key, then the account API by route with the customer's login
+# session (the portal's cookie holds the same token the account API takes as a bearer).
+to=$(psql_at "$DATABASE" -Atc "SELECT (date_trunc('month', now() AT TIME ZONE 'UTC') + interval '1 month - 1 day')::date")
+from=$(psql_at "$DATABASE" -Atc "SELECT '$to'::date - 92")
+for who in heavy typical; do
+    id=${!who}
+    label=$([ "$who" = heavy ] && echo busiest || echo "typical one")
+    for by in route day key; do
+        time_page "analytics by $by, 93 days, the $label (admin)" \
+            "/admin/v1/accounts/$id/analytics?from=$from&to=$to&group_by=$by" -H "Authorization: Bearer $TOKEN"
+    done
+    time_page "analytics by route, 93 days, the $label (account)" \
+        "/account/v1/analytics?from=$from&to=$to&group_by=route" -H "Authorization: Bearer tgs_portalbench$id"
 done
 
 # The overview reuses the sums of the days before today for a minute; what the first view
@@ -141,3 +167,13 @@ month_sum=$(psql_at "$DATABASE" -At -c '\timing on' -c "
         ) days GROUP BY day_start) d" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p')
 printf '\nsumming a whole month of usage_daily (%s rows), the overview'"'"'s read once a minute: %s ms\n' \
     "$(psql_at "$DATABASE" -Atc 'SELECT count(*) FROM usage_daily')" "$month_sum"
+
+# What the analytics read: its rollup rows, against the ledger's and the rollup's size.
+rollup_rows() {
+    psql_at "$DATABASE" -Atc "SELECT count(*) FROM usage_rollup
+        WHERE account_id = $1 AND day BETWEEN '$from' AND '$to'"
+}
+printf 'analytics %s to %s: %s rollup rows read for the busiest account, %s for the typical one (ledger %s rows, usage_rollup %s rows)\n' \
+    "$from" "$to" "$(rollup_rows "$heavy")" "$(rollup_rows "$typical")" \
+    "$(psql_at "$DATABASE" -Atc 'SELECT count(*) FROM subscription_tracking')" \
+    "$(psql_at "$DATABASE" -Atc 'SELECT count(*) FROM usage_rollup')"
