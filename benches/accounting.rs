@@ -11,7 +11,9 @@
 //! into this month (on accounts of their own) before the runs, to see whether the cost
 //! stays flat as the month fills. PostgreSQL runs with its default durable commits. The
 //! scratch database is dropped at the end. `TOLLGATE_BENCH_EVENTS` scales the event counts
-//! down for a smoke run; under `cargo test` it runs with 5,000 events.
+//! down for a smoke run; under `cargo test` it runs with 5,000 events. Events carry
+//! latencies, merged into the rollup every `TOLLGATE_BENCH_LATENCY_FLUSH_MS` (default
+//! 5,000, the deployment's default; 1 merges after about every batch).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -46,7 +48,12 @@ fn event(account_id: i64) -> UsageEvent {
         cost: 1,
         reserved_by: None,
         key_reserved_by: None,
-        latency_us: None,
+        // Each call's upstream latency, as the proxy measures it: 1 to 21 ms.
+        latency_us: Some(
+            1_000
+                + (account_id.unsigned_abs() * 7_919 + Uuid::new_v4().as_u128() as u64 % 5_000)
+                    % 20_000,
+        ),
     }
 }
 
@@ -62,6 +69,17 @@ async fn create_accounts(pool: &PgPool, n: i64) -> Vec<i64> {
     sqlx::query(
         "INSERT INTO subscription (account_id, plan, starts_at, monthly_allowance)
          SELECT id, 'free', now() - interval '1 year', 3000 FROM account WHERE id = ANY($1)",
+    )
+    .bind(&ids)
+    .execute(pool)
+    .await
+    .unwrap();
+    // One key per account, numbered as the account (the events name it), so the usage
+    // rollup gets its rows as in a deployment.
+    sqlx::query(
+        "INSERT INTO api_key (id, account_id, key_hash, prefix) OVERRIDING SYSTEM VALUE
+         SELECT id, id, sha256(convert_to('tgk_bench' || id, 'UTF8')), 'tgk_bench' FROM account
+         WHERE id = ANY($1)",
     )
     .bind(&ids)
     .execute(pool)
@@ -138,6 +156,14 @@ async fn through_listener(
     let accountant = Accountant::new(pool.clone(), 3000, true, Throttler::disabled());
     let (tx, rx) = mpsc::channel(10_000);
     let stop = CancellationToken::new();
+    // The latencies are merged as a deployment merges them (every 5 s by default), and
+    // once more at the end, inside the measured window.
+    let stop_merging = CancellationToken::new();
+    let every = std::env::var("TOLLGATE_BENCH_LATENCY_FLUSH_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000);
+    let merging = accountant.merge_latencies(Duration::from_millis(every), stop_merging.clone());
     let listener = tokio::spawn(tollgate::usage::accounting::listener::run(
         accountant,
         rx,
@@ -178,6 +204,8 @@ async fn through_listener(
     }
     drop(tx);
     listener.await.unwrap();
+    stop_merging.cancel();
+    merging.await.unwrap();
     let elapsed = started.elapsed();
     let cpu = cpu_between(&cpu_before, &pg_cpu(pool, name).await);
     let p99: f64 = sqlx::query_scalar(

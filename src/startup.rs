@@ -152,6 +152,10 @@ impl Gateway {
         let (publisher, accountant, usage) = if config.usage_check.enabled {
             let accountant =
                 accountant(&config, &db, &throttler, routes.clone()).with_quota(quota.clone());
+            background.push(accountant.merge_latencies(
+                Duration::from_millis(config.analytics.latency_flush_ms),
+                stop_background.clone(),
+            ));
             let pipeline = Pipeline::start(
                 &config,
                 accountant.clone(),
@@ -349,6 +353,10 @@ impl Worker {
         let throttler = start_throttler(&config, &db, store, &stop_background, &mut background);
         let routes = Arc::new(RouteBook::from_config(&config));
         let accountant = accountant(&config, &db, &throttler, routes.clone());
+        background.push(accountant.merge_latencies(
+            Duration::from_millis(config.analytics.latency_flush_ms),
+            stop_background.clone(),
+        ));
         let reloader = Arc::new(Reloader::new(
             Arc::new(config.clone()),
             Live {

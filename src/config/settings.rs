@@ -292,11 +292,18 @@ pub struct AnalyticsConfig {
     /// `other`.
     #[serde(deserialize_with = "lenient")]
     pub max_routes: usize,
+    /// How often the latencies of accounted calls are merged into the rollup (ms, at
+    /// least 10): reads see a call's latency within this, its calls and units at once.
+    #[serde(deserialize_with = "lenient")]
+    pub latency_flush_ms: u64,
 }
 
 impl Default for AnalyticsConfig {
     fn default() -> Self {
-        Self { max_routes: 100 }
+        Self {
+            max_routes: 100,
+            latency_flush_ms: 5_000,
+        }
     }
 }
 

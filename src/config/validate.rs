@@ -98,6 +98,9 @@ impl Config {
         if !(1..=10_000).contains(&self.analytics.max_routes) {
             return fail("analytics.max_routes must be from 1 to 10000".into());
         }
+        if !(10..=3_600_000).contains(&self.analytics.latency_flush_ms) {
+            return fail("analytics.latency_flush_ms must be from 10 to 3600000".into());
+        }
         for route in &self.entitlements.routes {
             if !route.prefix.starts_with('/') {
                 return fail(format!(

@@ -89,6 +89,14 @@ impl Meter {
             return;
         };
         let mut event = m.event;
+        // A trailer's cost beyond what the stream already spent counts in the minute.
+        if let (Some(cost), Some(allowance)) = (self.trailer_cost, m.budget.minute_allowance)
+            && cost > m.spent
+        {
+            m.state
+                .minutes
+                .spend(m.account_id, allowance, cost - m.spent, Utc::now());
+        }
         event.cost = self.trailer_cost.or(self.reported).unwrap_or(event.cost);
         event.key_reserved_by = m.key_hold.settle(event.cost);
         m.state.usage.publish(event);

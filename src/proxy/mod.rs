@@ -328,6 +328,18 @@ async fn forward(
     let (mut response, body) = upstream_response.into_parts();
     let head_cost = state.pricing.take_reported_cost(&mut response.headers);
     if let Some(reported) = head_cost {
+        // The minute spends what the upstream reports beyond the route's price.
+        if let Some(allowance) = budget.minute_allowance
+            && reported > cost
+        {
+            let now = Utc::now();
+            quota.minute = Some(state.minutes.spend(
+                principal.account_id,
+                allowance,
+                reported - cost,
+                now,
+            ));
+        }
         cost = reported;
     }
     // Streamed usage, or a cost in the trailer: the event waits for the body's end.

@@ -114,13 +114,18 @@ impl MinuteWindows {
         now: DateTime<Utc>,
     ) -> MinuteState {
         let minute = minute_of(now);
-        if self.windows.len() >= MAX_ENTRIES {
-            self.windows.retain(|_, w| w.minute == minute);
-        }
-        let mut window = self
-            .windows
-            .entry(account_id)
-            .or_insert(Window { minute, used: 0 });
+        let mut window = match self.windows.get_mut(&account_id) {
+            Some(window) => window,
+            None => {
+                // Counting the entries locks every shard: only when one is added.
+                if self.windows.len() >= MAX_ENTRIES {
+                    self.windows.retain(|_, w| w.minute == minute);
+                }
+                self.windows
+                    .entry(account_id)
+                    .or_insert(Window { minute, used: 0 })
+            }
+        };
         if window.minute != minute {
             *window = Window { minute, used: 0 };
         }

@@ -14,6 +14,8 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 pub use super::batch::{BatchOutcome, Locks};
 use super::batch::{KnownSnapshots, Shared, account_batch};
@@ -21,7 +23,7 @@ use super::event::UsageEvent;
 use super::partitions::{Partitions, is_missing_partition};
 use crate::month::Month;
 use crate::throttle::Throttler;
-use crate::usage::analytics::RouteBook;
+use crate::usage::analytics::{PendingLatencies, RouteBook};
 use crate::usage::standing::QuotaView;
 
 /// Default bound of a wait for an account's row lock.
@@ -43,6 +45,8 @@ pub struct Accountant {
     thresholds: Option<Arc<ArcSwap<Vec<u8>>>>,
     /// How the rollup names routes, and the routes it knows per account and month.
     routes: Arc<RouteBook>,
+    /// The rollup's latencies not yet merged (shared by the clones).
+    latencies: PendingLatencies,
 }
 
 impl Accountant {
@@ -58,7 +62,19 @@ impl Accountant {
             quota: QuotaView::disabled(),
             thresholds: None,
             routes: Arc::new(RouteBook::new([], 100)),
+            latencies: PendingLatencies::default(),
         }
+    }
+
+    /// Merges the rollup's latencies into their rows every `every` until `stop`
+    /// (and once more then).
+    pub fn merge_latencies(&self, every: Duration, stop: CancellationToken) -> JoinHandle<()> {
+        self.latencies.start(self.db.clone(), every, stop)
+    }
+
+    /// Merges the latencies waiting now (tests and benchmarks that read them at once).
+    pub async fn flush_latencies(&self) -> Result<usize, sqlx::Error> {
+        self.latencies.flush(&self.db).await
     }
 
     /// Names the rollup's routes after the configured prefixes, bounded per account and
@@ -169,6 +185,7 @@ impl Accountant {
             thresholds: thresholds.map(Vec::as_slice),
             known: &self.known,
             routes: &self.routes,
+            latencies: &self.latencies,
         }
     }
 }

@@ -3,9 +3,11 @@
 //! latency histograms ([`histogram`]) and the reports read from them ([`report`]).
 
 pub mod histogram;
+pub mod latency;
 pub mod report;
 pub mod rollup;
 pub mod routes;
 
+pub use latency::PendingLatencies;
 pub use report::{AnalyticsQuery, AnalyticsReport, GroupBy, analytics};
 pub use routes::RouteBook;

@@ -9,6 +9,7 @@ use chrono::NaiveDate;
 use sqlx::PgConnection;
 
 use super::histogram::Histogram;
+use super::latency::RowKey;
 use super::routes::{OTHER, RouteBook};
 use crate::month::Month;
 use crate::usage::accounting::event::UsageEvent;
@@ -29,9 +30,9 @@ pub async fn record(
     conn: &mut PgConnection,
     accounted: &[&UsageEvent],
     book: &RouteBook,
-) -> Result<(), sqlx::Error> {
+) -> Result<Vec<(RowKey, Histogram)>, sqlx::Error> {
     if accounted.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let named: Vec<String> = accounted.iter().map(|e| book.name_of(&e.route)).collect();
     let allowed = bound_routes(conn, accounted, &named, book).await?;
@@ -64,26 +65,27 @@ pub async fn record(
     for ((key_id, day, route), adds) in rows {
         keys.push(key_id);
         days.push(day);
-        routes.push(route);
+        routes.push(route.clone());
         accounts.push(adds.account_id);
         calls.push(adds.calls);
         units.push(adds.units);
         errors.push(adds.errors);
-        latencies.push(array_literal(adds.latency.counts()));
+        if adds.latency.total() > 0 {
+            latencies.push(((key_id, day, route), adds.latency));
+        }
     }
+    // The latencies are merged apart, every few seconds (`latency.rs`).
     sqlx::query!(
         "INSERT INTO usage_rollup (key_id, day, route, account_id, calls, units, errors, latency)
-         SELECT u.key_id, u.day, u.route, u.account_id, u.calls, u.units, u.errors,
-                u.latency::integer[]
+         SELECT u.key_id, u.day, u.route, u.account_id, u.calls, u.units, u.errors, '{}'
          FROM UNNEST($1::bigint[], $2::date[], $3::text[], $4::bigint[], $5::bigint[],
-                     $6::bigint[], $7::bigint[], $8::text[])
-             AS u(key_id, day, route, account_id, calls, units, errors, latency)
+                     $6::bigint[], $7::bigint[])
+             AS u(key_id, day, route, account_id, calls, units, errors)
          JOIN api_key k ON k.id = u.key_id
          ON CONFLICT (key_id, day, route) DO UPDATE
              SET calls = usage_rollup.calls + EXCLUDED.calls,
                  units = usage_rollup.units + EXCLUDED.units,
-                 errors = usage_rollup.errors + EXCLUDED.errors,
-                 latency = usage_hist_add(usage_rollup.latency, EXCLUDED.latency)",
+                 errors = usage_rollup.errors + EXCLUDED.errors",
         &keys,
         &days,
         &routes,
@@ -91,15 +93,14 @@ pub async fn record(
         &calls,
         &units,
         &errors,
-        &latencies,
     )
     .execute(conn)
     .await?;
-    Ok(())
+    Ok(latencies)
 }
 
 /// `{1,0,3}`: a histogram as PostgreSQL's array literal.
-fn array_literal(counts: &[i32]) -> String {
+pub(super) fn array_literal(counts: &[i32]) -> String {
     let mut out = String::with_capacity(2 + counts.len() * 2);
     out.push('{');
     let mut numbers = itoa::Buffer::new();

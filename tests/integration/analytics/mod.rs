@@ -277,3 +277,44 @@ async fn latency_percentiles_are_within_five_percent_of_the_known_latencies() {
         );
     }
 }
+
+#[tokio::test]
+async fn calls_count_with_their_batch_and_latencies_follow_within_the_merge_interval() {
+    let mut app = spawn_app_with(|c| c.analytics.latency_flush_ms = 3_600_000).await;
+    let customer = app.signup().await;
+    for _ in 0..3 {
+        assert_eq!(
+            app.call("/vedic/v1/horoscope/daily", &customer.api_key)
+                .await
+                .status(),
+            200
+        );
+    }
+    let rollup = |pool: sqlx::PgPool, account_id: i64| async move {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT coalesce(sum(calls), 0)::bigint,
+                    coalesce(sum((SELECT coalesce(sum(x), 0) FROM unnest(latency) x)), 0)::bigint
+             FROM usage_rollup WHERE account_id = $1",
+        )
+        .bind(account_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    // Counted at once, in the ledger's transaction; no latency merged yet (an hour away).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while rollup(app.db.pool.clone(), customer.account_id).await.0 < 3 {
+        assert!(std::time::Instant::now() < deadline, "never counted");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        rollup(app.db.pool.clone(), customer.account_id).await,
+        (3, 0)
+    );
+    // A gateway that stops merges what it holds first.
+    app.stop().await;
+    assert_eq!(
+        rollup(app.db.pool.clone(), customer.account_id).await,
+        (3, 3)
+    );
+}

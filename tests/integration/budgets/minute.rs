@@ -106,3 +106,26 @@ async fn replicas_share_a_minute_window_and_forward_no_more_than_it_together() {
     assert_eq!(forwarded, 4);
     assert_eq!(first.upstream.recorded().len(), 4);
 }
+
+#[tokio::test]
+async fn a_cost_the_upstream_reports_is_spent_in_the_minute() {
+    let app = spawn_app_with(|c| {
+        c.pricing.cost_header = Some(tollgate_testkit::upstream::COST_HEADER.into());
+    })
+    .await;
+    let customer = app.signup().await;
+    subscribe(
+        &app,
+        customer.account_id,
+        json!({"plan": "minutes", "monthly_allowance": 1000, "minute_allowance": 6}),
+    )
+    .await;
+    early_in_a_minute(20).await;
+    let res = app.call("/vedic/v1/cost/5", &customer.api_key).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(item(&header(&res, "ratelimit"), "minute").unwrap().0, 1);
+    assert_eq!(app.call(DAILY, &customer.api_key).await.status(), 200);
+    let res = app.call(DAILY, &customer.api_key).await;
+    assert_error(res, 429, "QUOTA_EXCEEDED").await;
+    used(&app, customer.account_id, 6).await;
+}

@@ -34,6 +34,8 @@ pub fn test_config(db: &TestDb, upstream: &UpstreamServer) -> Config {
     config.admin.token = Some(SecretString::from(ADMIN_TOKEN));
     config.throttle.store = MarkerStoreKind::Memory;
     config.throttle.refresh_interval_ms = 200;
+    // Latencies reach the analytics within this (calls and units: with their batch).
+    config.analytics.latency_flush_ms = 50;
     config
 }
 

@@ -157,13 +157,16 @@ async fn count(
     (batch.used, batch.used_on) = (counted.used, counted.used_on);
     settle_reservations(tx, &reserved).await?;
     settle_key_reservations(tx, &batch.accounted).await?;
-    crate::usage::analytics::rollup::record(tx, &batch.accounted, acc.routes).await
+    batch.latencies =
+        crate::usage::analytics::rollup::record(tx, &batch.accounted, acc.routes).await?;
+    Ok(())
 }
 
 /// After the commit: the snapshots written or read are remembered, this replica's
 /// quota view takes the standings, and the batch is counted.
-fn committed(acc: &Shared<'_>, batch: Batch<'_>) -> BatchOutcome {
+fn committed(acc: &Shared<'_>, mut batch: Batch<'_>) -> BatchOutcome {
     remember(acc.known, &batch.new_grants, batch.loaded);
+    acc.latencies.add(std::mem::take(&mut batch.latencies));
     let outcome = batch.outcome;
     if batch.events.is_empty() {
         return outcome;

@@ -58,6 +58,8 @@ pub struct Shared<'a> {
     pub thresholds: Option<&'a [u8]>,
     pub known: &'a KnownSnapshots,
     pub routes: &'a crate::usage::analytics::RouteBook,
+    /// Where the latencies of committed batches wait to be merged.
+    pub latencies: &'a crate::usage::analytics::PendingLatencies,
 }
 
 /// What one batch has found so far, stage by stage.
@@ -91,6 +93,11 @@ pub(super) struct Batch<'e> {
     /// Threshold events written to the outbox.
     pub(super) recorded: u64,
     pub(super) outcome: BatchOutcome,
+    /// The latencies of the rollup rows written, handed over once committed.
+    pub(super) latencies: Vec<(
+        crate::usage::analytics::latency::RowKey,
+        crate::usage::analytics::histogram::Histogram,
+    )>,
 }
 
 impl Batch<'_> {
