@@ -57,6 +57,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Account standings read from PostgreSQL into this replica's quota view, by source (start, call).",
     ),
     (
+        "tollgate_latency_samples_dropped_total",
+        "Call latencies not merged into the usage analytics because too many rollup rows were already waiting for their merge.",
+    ),
+    (
         "tollgate_stream_cutoffs_total",
         "Streamed responses stopped mid-stream because their usage passed a window or a spend cap, by code.",
     ),

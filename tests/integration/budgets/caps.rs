@@ -7,10 +7,8 @@ use super::*;
 #[tokio::test]
 async fn a_day_cap_refuses_once_reached_and_the_usage_object_shows_the_money() {
     let app = spawn_app().await;
-    let customer = app.signup().await;
-    subscribe(
+    let customer = customer_on(
         &app,
-        customer.account_id,
         json!({"plan": "metered", "monthly_allowance": 1000, "unit_price_micros": 250,
                "spend_cap_day_micros": 1000}),
     )
@@ -37,10 +35,8 @@ async fn a_day_cap_refuses_once_reached_and_the_usage_object_shows_the_money() {
 #[tokio::test]
 async fn a_month_cap_refuses_until_the_months_end() {
     let app = spawn_app().await;
-    let customer = app.signup().await;
-    subscribe(
+    let customer = customer_on(
         &app,
-        customer.account_id,
         json!({"plan": "metered", "monthly_allowance": 1000, "unit_price_micros": 1000,
                "spend_cap_month_micros": 2500}),
     )
@@ -153,10 +149,8 @@ async fn a_catalogue_plans_budget_is_listed_and_copied_at_activation() {
 async fn replicas_racing_for_the_last_of_a_spend_cap_never_pass_it() {
     const CAP_UNITS: i64 = 30;
     let first = spawn_app().await;
-    let customer = first.signup().await;
-    subscribe(
+    let customer = customer_on(
         &first,
-        customer.account_id,
         json!({"plan": "capped", "monthly_allowance": 100000, "unit_price_micros": 3,
                "spend_cap_day_micros": CAP_UNITS * 3}),
     )

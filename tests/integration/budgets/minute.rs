@@ -6,10 +6,8 @@ use super::*;
 #[tokio::test]
 async fn a_minute_window_refuses_once_used_up_and_opens_at_the_next_minute() {
     let app = spawn_app().await;
-    let customer = app.signup().await;
-    subscribe(
+    let customer = customer_on(
         &app,
-        customer.account_id,
         json!({"plan": "minutes", "monthly_allowance": 1000, "minute_allowance": 3}),
     )
     .await;
@@ -48,10 +46,8 @@ async fn a_minute_window_refuses_once_used_up_and_opens_at_the_next_minute() {
 #[tokio::test]
 async fn when_the_minute_and_the_day_are_both_used_up_retry_after_is_the_days_end() {
     let app = spawn_app().await;
-    let customer = app.signup().await;
-    subscribe(
+    let customer = customer_on(
         &app,
-        customer.account_id,
         json!({"plan": "tight", "monthly_allowance": 1000, "daily_allowance": 2,
                "enforcement": "hard", "minute_allowance": 2}),
     )
@@ -75,10 +71,8 @@ async fn when_the_minute_and_the_day_are_both_used_up_retry_after_is_the_days_en
 #[tokio::test]
 async fn replicas_share_a_minute_window_and_forward_no_more_than_it_together() {
     let first = spawn_app().await;
-    let customer = first.signup().await;
-    subscribe(
+    let customer = customer_on(
         &first,
-        customer.account_id,
         json!({"plan": "minutes", "monthly_allowance": 1000, "minute_allowance": 4}),
     )
     .await;
@@ -113,10 +107,8 @@ async fn a_cost_the_upstream_reports_is_spent_in_the_minute() {
         c.pricing.cost_header = Some(tollgate_testkit::upstream::COST_HEADER.into());
     })
     .await;
-    let customer = app.signup().await;
-    subscribe(
+    let customer = customer_on(
         &app,
-        customer.account_id,
         json!({"plan": "minutes", "monthly_allowance": 1000, "minute_allowance": 6}),
     )
     .await;

@@ -26,6 +26,14 @@ pub async fn streaming_app() -> TestApp {
     .await
 }
 
+/// A new customer whose account is on the plan `subscription` describes (an admin
+/// subscription body).
+pub async fn customer_on(app: &TestApp, subscription: Value) -> Customer {
+    let customer = app.signup().await;
+    subscribe(app, customer.account_id, subscription).await;
+    customer
+}
+
 /// `"<name>";r=<r>;t=<t>` of a `RateLimit` value → (r, t), if the item is there.
 pub fn item(value: &str, name: &str) -> Option<(i64, i64)> {
     let item = value

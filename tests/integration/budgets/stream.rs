@@ -57,10 +57,8 @@ async fn a_stream_passes_unchanged_and_is_accounted_at_its_last_usage_figure() {
 #[tokio::test]
 async fn units_are_spent_as_the_stream_reports_them_not_at_its_end() {
     let app = streaming_app().await;
-    let customer = app.signup().await;
-    subscribe(
+    let customer = customer_on(
         &app,
-        customer.account_id,
         json!({"plan": "minutes", "monthly_allowance": 100000, "minute_allowance": 100}),
     )
     .await;
@@ -88,10 +86,8 @@ async fn units_are_spent_as_the_stream_reports_them_not_at_its_end() {
 #[tokio::test]
 async fn a_hard_plans_stream_is_cut_off_when_it_passes_the_month() {
     let app = streaming_app().await;
-    let customer = app.signup().await;
-    subscribe(
+    let customer = customer_on(
         &app,
-        customer.account_id,
         json!({"plan": "metered", "monthly_allowance": 10, "enforcement": "hard"}),
     )
     .await;
@@ -119,10 +115,8 @@ async fn a_hard_plans_stream_is_cut_off_when_it_passes_the_month() {
 #[tokio::test]
 async fn a_spend_cap_cuts_a_stream_off_with_its_own_code() {
     let app = streaming_app().await;
-    let customer = app.signup().await;
-    subscribe(
+    let customer = customer_on(
         &app,
-        customer.account_id,
         json!({"plan": "metered", "monthly_allowance": 100000, "unit_price_micros": 1000,
                "spend_cap_day_micros": 5000}),
     )
@@ -150,10 +144,8 @@ async fn a_spend_cap_cuts_a_stream_off_with_its_own_code() {
 #[tokio::test]
 async fn a_minute_window_cuts_a_stream_off_whatever_the_enforcement() {
     let app = streaming_app().await;
-    let customer = app.signup().await;
-    subscribe(
+    let customer = customer_on(
         &app,
-        customer.account_id,
         json!({"plan": "minutes", "monthly_allowance": 100000, "minute_allowance": 5}),
     )
     .await;
@@ -224,10 +216,8 @@ async fn without_stream_usage_a_stream_costs_its_route_price() {
 async fn two_replicas_streaming_a_hard_plan_overrun_it_by_at_most_one_event_each() {
     const ALLOWANCE: i64 = 20;
     let first = streaming_app().await;
-    let customer = first.signup().await;
-    subscribe(
+    let customer = customer_on(
         &first,
-        customer.account_id,
         json!({"plan": "hard", "monthly_allowance": ALLOWANCE, "enforcement": "hard"}),
     )
     .await;
