@@ -92,6 +92,21 @@ impl Histogram {
     }
 }
 
+/// `{1,0,3}`: a histogram as PostgreSQL's array literal.
+pub fn array_literal(counts: &[i32]) -> String {
+    let mut out = String::with_capacity(2 + counts.len() * 2);
+    out.push('{');
+    let mut numbers = itoa::Buffer::new();
+    for (i, count) in counts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(numbers.format(*count));
+    }
+    out.push('}');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,8 +20,7 @@ use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::histogram::Histogram;
-use super::rollup::array_literal;
+use super::histogram::{Histogram, array_literal};
 use crate::sync::lock;
 
 /// A rollup row: its key, UTC day and route.

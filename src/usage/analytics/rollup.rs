@@ -99,21 +99,6 @@ pub async fn record(
     Ok(latencies)
 }
 
-/// `{1,0,3}`: a histogram as PostgreSQL's array literal.
-pub(super) fn array_literal(counts: &[i32]) -> String {
-    let mut out = String::with_capacity(2 + counts.len() * 2);
-    out.push('{');
-    let mut numbers = itoa::Buffer::new();
-    for (i, count) in counts.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(numbers.format(*count));
-    }
-    out.push('}');
-    out
-}
-
 /// The (account, month, route) triples of the batch that keep their own route: those
 /// already in `usage_route`, and new ones while the account's month has room (recorded
 /// now). The others count as `other`. Reads the table only for account-months with a

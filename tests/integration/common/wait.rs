@@ -40,7 +40,7 @@ impl TestApp {
             let rows = self.ledger_rows(account_id).await;
             if rows >= n {
                 assert_eq!(rows, n, "more ledger rows than calls");
-                self.wait_for_latencies(account_id).await;
+                self.wait_for_latencies().await;
                 return;
             }
             assert!(
@@ -51,29 +51,19 @@ impl TestApp {
         }
     }
 
-    /// Waits until every accounted call of the account has its latency in the analytics:
-    /// they are merged into the rollup every `analytics.latency_flush_ms`, after the
-    /// batch that counted the call.
-    pub async fn wait_for_latencies(&self, account_id: i64) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let behind: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM usage_rollup
-                 WHERE account_id = $1
-                   AND calls > (SELECT coalesce(sum(x), 0) FROM unnest(latency) x)",
-            )
-            .bind(account_id)
-            .fetch_one(&self.db.pool)
-            .await
-            .unwrap();
-            if behind == 0 {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{behind} rollup rows still wait for their latencies"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    /// Merges the latencies this gateway's accountant holds into the analytics (they are
+    /// merged every `analytics.latency_flush_ms` after the batch that counted their
+    /// calls), until two merges in a row find none: the batch that committed the rows
+    /// just seen hands its latencies over right after its commit.
+    pub async fn wait_for_latencies(&self) {
+        let Some(accountant) = &self.accountant else {
+            return;
+        };
+        let mut idle = 0;
+        while idle < 2 {
+            let merged = accountant.flush_latencies().await.expect("latencies merge");
+            idle = if merged == 0 { idle + 1 } else { 0 };
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 }
