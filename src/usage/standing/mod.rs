@@ -6,7 +6,7 @@
 //! PostgreSQL five reads for each account on its first call. Any other account's
 //! standing is read from PostgreSQL on its first call; either way it is then kept current
 //! without a round trip per call: by what this replica accounts ([`QuotaView::observe`])
-//! and by what the others account or activate (they `NOTIFY` [`CHANNEL`] with the
+//! and by what the others account or activate (they `NOTIFY` [`CHANNEL`](super::announce::CHANNEL) with the
 //! account ids; entries named there are read again on their next call). A lost
 //! listener empties the view.
 //!
@@ -32,15 +32,18 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+mod news;
 mod preload;
+mod windows;
 
-use super::announce::{CHANNEL, News};
 use super::report::standings;
 use super::rules::{Enforcement, PlanTerms, Standing};
 use super::spending::reservation_block;
 use crate::config::Catalogue;
 use crate::month::{Day, Month, seconds_until};
 use crate::throttle::Throttler;
+pub use windows::{Wall, known_wall};
+use windows::{Window, latest_wall, refusing_windows, reserves};
 
 /// How long an entry is trusted without news (a safety net under notifications).
 const ENTRY_TTL: Duration = Duration::from_secs(60);
@@ -70,89 +73,6 @@ pub enum Verdict {
         retry_after: i64,
         wall: Wall,
     },
-}
-
-/// What kind of window refused a call: its units (`429 QUOTA_EXCEEDED`) or its money
-/// (`429 SPEND_CAP_REACHED`, SPEC §20).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wall {
-    Quota,
-    SpendCap,
-}
-
-/// One window a call is judged in: units left in it (after what other replicas hold)
-/// and where it ends.
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    left: i64,
-    ends: DateTime<Utc>,
-    wall: Wall,
-    /// The day's units (a hard plan's daily allowance), for the refusal's headers.
-    daily: bool,
-}
-
-/// The windows that refuse `standing`'s calls, given the units other replicas hold
-/// (`month_out`, `day_out`): a hard plan's month (credits included) and day, and the
-/// spend caps whatever the enforcement.
-fn refusing_windows(
-    standing: &Standing,
-    month_out: i64,
-    day_out: i64,
-    now: DateTime<Utc>,
-) -> Vec<Window> {
-    let (month, day) = (Month::containing(now), Day::containing(now));
-    let mut windows = Vec::new();
-    if standing.enforcement == Enforcement::Hard {
-        windows.push(Window {
-            left: standing.remaining() - month_out,
-            ends: month.end(),
-            wall: Wall::Quota,
-            daily: false,
-        });
-        if let Some(day_left) = standing.daily_remaining() {
-            windows.push(Window {
-                left: day_left - day_out,
-                ends: day.end(),
-                wall: Wall::Quota,
-                daily: true,
-            });
-        }
-    }
-    let budget = standing.budget();
-    if let Some(units) = budget.day_cap_units() {
-        windows.push(Window {
-            left: units - standing.day_used - day_out,
-            ends: day.end(),
-            wall: Wall::SpendCap,
-            daily: false,
-        });
-    }
-    if let Some(units) = budget.month_cap_units() {
-        windows.push(Window {
-            left: units - standing.used - month_out,
-            ends: month.end(),
-            wall: Wall::SpendCap,
-            daily: false,
-        });
-    }
-    windows
-}
-
-/// The latest wall among `windows` that a call of `cost` does not fit in: when it is
-/// reached, what code refuses, and whether it is a daily allowance. Ties go to the units'
-/// window. `None` when the call fits everywhere.
-fn latest_wall(windows: &[Window], cost: i64) -> Option<Window> {
-    windows
-        .iter()
-        .filter(|w| w.left <= 0 || cost > w.left)
-        .max_by_key(|w| (w.ends, w.wall == Wall::Quota, w.daily))
-        .copied()
-}
-
-/// The wall a call would meet now from what this replica knows of the account (no
-/// reservation taken): for the `Retry-After` of a call another window refused first.
-pub fn known_wall(standing: &Standing, now: DateTime<Utc>) -> Option<(DateTime<Utc>, Wall)> {
-    latest_wall(&refusing_windows(standing, 0, 0, now), 1).map(|w| (w.ends, w.wall))
 }
 
 #[derive(Debug)]
@@ -374,7 +294,7 @@ impl QuotaView {
                     _ = stop.cancelled() => {}
                 }
             };
-            let listening = listen(inner.clone(), stop.clone(), listening_since.clone());
+            let listening = inner.listen(stop.clone(), listening_since.clone());
             let keeping = keep_blocks(inner.clone(), stop.clone());
             tokio::join!(preloading, listening, keeping);
             inner.return_blocks(|_| true).await;
@@ -616,12 +536,6 @@ async fn give_back(
     Ok(())
 }
 
-/// Whether an account's calls spend reserved units: a hard plan's, and any plan with a
-/// spend cap (SPEC §6, §20). Soft plans without caps are judged by the admission hash.
-fn reserves(standing: &Standing) -> bool {
-    standing.enforcement == Enforcement::Hard || standing.budget().has_caps()
-}
-
 fn free_standing(account_id: i64, free_monthly_calls: i64) -> Standing {
     Standing {
         terms: None,
@@ -657,68 +571,5 @@ async fn keep_blocks(inner: Arc<Inner>, stop: CancellationToken) {
         )
         .execute(&inner.db)
         .await;
-    }
-}
-
-/// Applies other replicas' notifications until `stop`. What changed before LISTEN took
-/// effect is unknown: every (re)connect starts over (keeping held blocks).
-async fn listen(
-    inner: Arc<Inner>,
-    stop: CancellationToken,
-    started_over: Arc<tokio::sync::Notify>,
-) {
-    crate::db::listen(
-        &inner.db,
-        CHANNEL,
-        "standing",
-        &stop,
-        || {
-            inner.changes.fetch_add(1, Ordering::SeqCst);
-            inner.entries.retain(|_, e| e.block > 0);
-            started_over.notify_one();
-        },
-        |payload| {
-            let Some((from, ids)) = payload.split_once('|') else {
-                return;
-            };
-            if from == inner.replica.to_string() {
-                return;
-            }
-            for news in ids.split(',').filter_map(News::parse) {
-                // A plan changed elsewhere. Figures a batch committed are not counted:
-                // a standing read meanwhile misses them as a first call's read would,
-                // until the account's next batch or its entry's expiry.
-                if news.figures.is_none() {
-                    inner.changes.fetch_add(1, Ordering::SeqCst);
-                }
-                if let Some(mut entry) = inner.entries.get_mut(&news.account_id) {
-                    apply_news(news, &mut entry);
-                }
-            }
-        },
-    )
-    .await;
-}
-
-/// Applies another replica's news to this replica's entry of the account.
-/// Figures of the entry's own month and day update it in place (and count as a fresh
-/// read); anything else has it read again on its next call. A held block stays either way.
-fn apply_news(news: News, entry: &mut Entry) {
-    let now = Utc::now();
-    match news.figures {
-        Some((used, credits, today))
-            if entry.month == Month::containing(now) && entry.day == Day::containing(now) =>
-        {
-            entry.standing.used = used;
-            entry.standing.credits = credits;
-            if let Some(daily) = entry.standing.daily.as_mut() {
-                daily.used = today;
-            }
-            entry.standing.day_used = today;
-            // Figures a batch just committed are as fresh as a read: the entry is fed by
-            // the batches, wherever they are accounted, not read again on a timer.
-            entry.loaded_at = Instant::now();
-        }
-        _ => entry.loaded_at = Instant::now() - ENTRY_TTL,
     }
 }
